@@ -1,0 +1,250 @@
+import { Logger } from '@nestjs/common';
+import type { InitialOffset, ResolvedConsumerOptions } from '../eventrail.options';
+import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+import { eventrailPipeline } from '../scripts/scripts';
+import type { FailedMessageSink } from './failed-message';
+import type { HandlerMap } from './handler-binding';
+import { MessageProcessor } from './message-processor';
+import { PartitionWorker } from './partition-worker';
+import { Semaphore } from './semaphore';
+
+export interface WorkerIdentity {
+  id: string;
+  /** JSON stored in the member info hash for the admin API. */
+  info: string;
+}
+
+/**
+ * Runs one consumer group in this process: heartbeats its membership, keeps
+ * its fair share of partitions (`ceil(partitions / liveMembers)`) by taking
+ * free or expired leases and handing back extras, renews the leases it holds,
+ * and runs a `PartitionWorker` per owned partition.
+ */
+export class GroupConsumer {
+  private readonly logger = new Logger(GroupConsumer.name);
+  private readonly workers = new Map<number, PartitionWorker>();
+  private readonly processor: MessageProcessor;
+  private readonly semaphore: Semaphore;
+  private members: string[] = [];
+  private timer?: NodeJS.Timeout;
+  private running = false;
+  private rebalancing?: Promise<void>;
+  private rebalanceAgain = false;
+  private tickFailing = false;
+
+  constructor(
+    readonly name: string,
+    private readonly handlers: HandlerMap,
+    readonly options: ResolvedConsumerOptions,
+    private readonly redis: EventrailRedis,
+    private readonly worker: WorkerIdentity,
+    sink: FailedMessageSink,
+    /** Tells the other workers of the group to rebalance now. */
+    private readonly announce: (group: string) => Promise<void>,
+  ) {
+    this.processor = new MessageProcessor(name, handlers, options, sink);
+    this.semaphore = new Semaphore(options.concurrency);
+  }
+
+  /** Partitions this process works right now. */
+  ownedPartitions(): number[] {
+    return [...this.workers.values()].filter((w) => w.active).map((w) => w.partition).sort((a, b) => a - b);
+  }
+
+  async start(): Promise<void> {
+    const { keys, client } = this.redis;
+    await client
+      .pipeline()
+      .sadd(keys.groups, this.name)
+      .sadd(keys.events(this.name), ...this.handlers.keys())
+      .exec();
+    this.members = await this.heartbeat();
+    this.running = true;
+    await this.announce(this.name);
+    await this.rebalance();
+    const interval = Math.max(100, Math.floor(Math.min(this.options.lockTtlMs, this.options.heartbeatTtlMs) / 3));
+    this.timer = setInterval(() => void this.tick(), interval);
+    this.timer.unref();
+  }
+
+  /** Another worker joined or left: rebalance now rather than at the next tick. */
+  requestRebalance(): void {
+    if (!this.running) return;
+    void this.heartbeat()
+      .then((members) => {
+        this.members = members;
+        return this.rebalance();
+      })
+      .catch((error: unknown) => this.logger.warn(`Group "${this.name}": rebalance failed: ${(error as Error).message}`));
+  }
+
+  /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    clearInterval(this.timer);
+    await this.rebalancing?.catch(() => undefined);
+    await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
+    const { keys, client } = this.redis;
+    try {
+      await client.pipeline().zrem(keys.members(this.name), this.worker.id).hdel(keys.memberInfo(this.name), this.worker.id).exec();
+      await this.announce(this.name);
+    } catch (error) {
+      this.logger.warn(`Group "${this.name}": could not leave cleanly (${(error as Error).message}); membership expires on its own`);
+    }
+  }
+
+  /** Heartbeat and lease renewals in one round trip, then a rebalance if the membership changed. */
+  private async tick(): Promise<void> {
+    if (!this.running) return;
+    const { keys, client } = this.redis;
+    const owned = [...this.workers.values()].filter((w) => w.active);
+    try {
+      const pipeline = eventrailPipeline(client);
+      pipeline.eventrailHeartbeat(keys.members(this.name), keys.memberInfo(this.name), this.worker.id, this.options.heartbeatTtlMs, this.worker.info);
+      for (const w of owned) pipeline.eventrailRenewLease(keys.lease(this.name, w.partition), w.token, this.options.lockTtlMs);
+      const replies = (await pipeline.exec()) ?? [];
+      const [heartbeatError, members] = replies[0] ?? [];
+      if (heartbeatError) throw heartbeatError;
+      owned.forEach((w, i) => {
+        const [error, renewed] = replies[i + 1] ?? [];
+        if (!error && renewed === 0) {
+          this.logger.warn(`Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`);
+          w.abort();
+        }
+      });
+      if (this.tickFailing) this.logger.log(`Group "${this.name}": Redis answers again`);
+      this.tickFailing = false;
+      this.members = members as string[];
+      await this.rebalance();
+    } catch (error) {
+      if (!this.tickFailing) this.logger.warn(`Group "${this.name}": heartbeat failed (${(error as Error).message}); retrying`);
+      this.tickFailing = true;
+    }
+  }
+
+  /** One rebalance at a time; a request during one runs once more afterwards. */
+  private rebalance(): Promise<void> {
+    if (this.rebalancing) {
+      this.rebalanceAgain = true;
+      return this.rebalancing;
+    }
+    this.rebalancing = (async () => {
+      try {
+        do {
+          this.rebalanceAgain = false;
+          await this.balanceOnce();
+        } while (this.rebalanceAgain && this.running);
+      } finally {
+        this.rebalancing = undefined;
+      }
+    })();
+    return this.rebalancing;
+  }
+
+  private async balanceOnce(): Promise<void> {
+    if (!this.running) return;
+    const partitions = this.redis.keys.partitions;
+    const live = Math.max(1, this.members.length);
+    const share = Math.ceil(partitions / live);
+    const order = this.preferenceOrder();
+    const owned = order.filter((p) => this.workers.get(p)?.active);
+
+    if (owned.length > share) {
+      // Hand back the partitions furthest from this worker's preferred range.
+      const extras = owned.slice(share);
+      this.logger.log(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`);
+      await Promise.all(extras.map((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs)));
+      await this.announce(this.name);
+      return;
+    }
+    let missing = share - owned.length;
+    // A partition whose old worker is still finishing is not free yet.
+    const candidates = order.filter((p) => !this.workers.has(p));
+    while (missing > 0 && candidates.length > 0 && this.running) {
+      const attempt = candidates.splice(0, missing);
+      const acquired = await this.acquire(attempt);
+      missing -= acquired;
+    }
+  }
+
+  /** Tries the leases of `partitions` in one round trip; starts a worker for each one taken. */
+  private async acquire(partitions: number[]): Promise<number> {
+    const { keys, client } = this.redis;
+    const [mode, initialId] = initialOffsetArgs(this.options.initialOffset);
+    const pipeline = eventrailPipeline(client);
+    for (const p of partitions) {
+      pipeline.eventrailAcquireLease(
+        keys.lease(this.name, p),
+        keys.epoch(this.name, p),
+        keys.offset(this.name, p),
+        keys.stream(p),
+        this.worker.id,
+        this.options.lockTtlMs,
+        mode,
+        initialId,
+      );
+    }
+    const replies = (await pipeline.exec()) ?? [];
+    let acquired = 0;
+    partitions.forEach((partition, i) => {
+      const [error, reply] = replies[i] ?? [];
+      if (error || !reply || !this.running) return;
+      const [token, committed] = reply as [string, string];
+      const worker = new PartitionWorker({
+        group: this.name,
+        partition,
+        token,
+        committed,
+        redis: this.redis,
+        processor: this.processor,
+        semaphore: this.semaphore,
+        options: this.options,
+      });
+      this.workers.set(partition, worker);
+      worker.start((ended) => this.onWorkerEnd(ended));
+      acquired++;
+      this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}`);
+    });
+    return acquired;
+  }
+
+  private onWorkerEnd(worker: PartitionWorker): void {
+    // Wait for its stop to finish (commit, release) before the slot counts as free.
+    void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
+      if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
+      if (worker.wasLost && this.running) void this.rebalance().catch(() => undefined);
+    });
+  }
+
+  /**
+   * Partitions in the order this worker prefers them: a rotation that starts
+   * at its slice of the partition range, so live members aim at different
+   * partitions and rarely race for the same lease.
+   */
+  private preferenceOrder(): number[] {
+    const partitions = this.redis.keys.partitions;
+    const index = Math.max(0, this.members.indexOf(this.worker.id));
+    const start = Math.floor((index * partitions) / Math.max(1, this.members.length));
+    return Array.from({ length: partitions }, (_, i) => (start + i) % partitions);
+  }
+
+  private heartbeat(): Promise<string[]> {
+    const { keys, client } = this.redis;
+    return client.eventrailHeartbeat(keys.members(this.name), keys.memberInfo(this.name), this.worker.id, this.options.heartbeatTtlMs, this.worker.info);
+  }
+}
+
+function initialOffsetArgs(offset: InitialOffset): ['start' | 'end' | 'id', string] {
+  switch (offset.mode) {
+    case 'fromStart':
+      return ['start', ''];
+    case 'fromEnd':
+      return ['end', ''];
+    case 'fromId':
+      return ['id', previousStreamId(offset.id)];
+    case 'fromTime':
+      return ['id', offsetBeforeTime(offset.time)];
+  }
+}

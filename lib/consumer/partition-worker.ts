@@ -1,0 +1,204 @@
+import { Logger } from '@nestjs/common';
+import type { Cluster, Redis } from 'ioredis';
+import type { ResolvedConsumerOptions } from '../eventrail.options';
+import { MalformedEntry, RawEntry, readEntry } from '../log/codec';
+import { compareStreamIds } from '../log/stream-id';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+import { BatchRun } from './batch-run';
+import type { MessageProcessor } from './message-processor';
+import type { Semaphore } from './semaphore';
+import { StopSignal } from './stop-signal';
+
+/** How long an idle read blocks in Redis before it is sent again. */
+const BLOCK_MS = 10_000;
+const READ_ERROR_BACKOFF_MS = 1_000;
+
+type XReadReply = Array<[string, Array<[string, string[]]>]> | null;
+
+export interface PartitionWorkerParams {
+  group: string;
+  partition: number;
+  /** Lease token `<workerId>:<epoch>` that fences every commit. */
+  token: string;
+  /** Committed offset when the lease was taken. */
+  committed: string;
+  redis: EventrailRedis;
+  processor: MessageProcessor;
+  semaphore: Semaphore;
+  options: ResolvedConsumerOptions;
+}
+
+/**
+ * Works one (group, partition) while this process holds its lease: reads a
+ * batch from the committed offset on its own blocking connection, prefetches
+ * the next batch while handling this one, and commits once per batch through
+ * the fenced commit script. Loses the partition at once when a commit or a
+ * renewal finds the lease taken over.
+ */
+export class PartitionWorker {
+  private readonly logger = new Logger(PartitionWorker.name);
+  private readonly stop = new StopSignal();
+  private readonly streamKey: string;
+  private connection?: Redis | Cluster;
+  private current?: BatchRun;
+  private committed: string;
+  private loop?: Promise<void>;
+  private ended?: Promise<void>;
+  private lost = false;
+
+  constructor(private readonly params: PartitionWorkerParams) {
+    this.streamKey = params.redis.keys.stream(params.partition);
+    this.committed = params.committed;
+  }
+
+  get partition(): number {
+    return this.params.partition;
+  }
+
+  get token(): string {
+    return this.params.token;
+  }
+
+  /** False once the worker was told to stop or lost its lease. */
+  get active(): boolean {
+    return !this.stop.stopped;
+  }
+
+  /** True when the worker ended because its lease was taken over. */
+  get wasLost(): boolean {
+    return this.lost;
+  }
+
+  start(onEnd: (worker: PartitionWorker) => void): void {
+    this.connection = this.params.redis.duplicate();
+    this.loop = this.run().catch((error: unknown) => {
+      this.logger.error(`${this.describe()} stopped on an unexpected error: ${(error as Error).message}`, (error as Error).stack);
+      this.abort();
+    });
+    void this.loop.finally(() => onEnd(this));
+  }
+
+  /**
+   * Stops fetching, lets running handlers finish (at most `timeoutMs`), commits
+   * what is done and releases the lease so another worker can take over at once.
+   */
+  stopGracefully(timeoutMs: number): Promise<void> {
+    this.ended ??= this.finish(timeoutMs);
+    return this.ended;
+  }
+
+  /** The lease is gone: stop now, commit nothing, release nothing (it belongs to someone else). */
+  abort(): void {
+    this.lost = true;
+    this.halt();
+  }
+
+  private async finish(timeoutMs: number): Promise<void> {
+    this.halt();
+    const loop = this.loop ?? Promise.resolve();
+    const timedOut = !(await Promise.race([loop.then(() => true), new StopSignal().sleep(timeoutMs).then(() => false)]));
+    if (timedOut) this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
+    if (this.lost) return;
+    const mark = this.current?.watermark();
+    try {
+      if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark);
+      if (!this.lost) await this.params.redis.client.eventrailReleaseLease(this.leaseKey(), this.params.token);
+    } catch (error) {
+      this.logger.warn(`${this.describe()}: could not commit and release on stop (${(error as Error).message}); the lease expires on its own`);
+    }
+  }
+
+  private halt(): void {
+    if (this.stop.stopped) return;
+    this.stop.fire();
+    // Breaks a blocked XREAD at once instead of waiting for its timeout.
+    this.connection?.disconnect();
+  }
+
+  private async run(): Promise<void> {
+    let cursor = this.committed;
+    let next = this.prefetch(cursor);
+    while (!this.stop.stopped) {
+      let entries: Array<RawEntry | MalformedEntry>;
+      try {
+        entries = await next;
+      } catch (error) {
+        if (this.stop.stopped) return;
+        this.logger.warn(`${this.describe()}: read failed (${(error as Error).message}); retrying`);
+        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
+        next = this.prefetch(cursor);
+        continue;
+      }
+      if (this.stop.stopped) return;
+      if (entries.length === 0) {
+        next = this.prefetch(cursor);
+        continue;
+      }
+      const batch = new BatchRun(entries, this.params.partition, this.params.processor, this.params.semaphore, this.stop);
+      this.current = batch;
+      cursor = batch.lastOffset;
+      next = this.prefetch(cursor); // prefetch: the next batch travels while this one is handled
+      await batch.run(this.params.options.concurrency);
+      if (this.stop.stopped) return; // the stopper commits the low watermark
+      const mark = batch.watermark();
+      if (mark && !(await this.commit(mark))) return;
+      this.current = undefined;
+      if (!batch.complete) {
+        // An entry could not be finished (its failure could not be recorded):
+        // read again from it rather than skipping it.
+        cursor = mark ?? this.committed;
+        this.connection?.disconnect();
+        this.connection = this.params.redis.duplicate();
+        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
+        next = this.prefetch(cursor);
+      }
+    }
+  }
+
+  /** Starts a read; a read left behind by a stop may reject later, which is expected. */
+  private prefetch(after: string): Promise<Array<RawEntry | MalformedEntry>> {
+    const pending = this.read(after);
+    pending.catch(() => undefined);
+    return pending;
+  }
+
+  private async read(after: string): Promise<Array<RawEntry | MalformedEntry>> {
+    const connection = this.connection;
+    if (!connection) return [];
+    const reply = (await connection.xread(
+      'COUNT',
+      this.params.options.batchSize,
+      'BLOCK',
+      BLOCK_MS,
+      'STREAMS',
+      this.streamKey,
+      after,
+    )) as XReadReply;
+    if (!reply || reply.length === 0) return [];
+    const raw = reply[0][1];
+    const entries = new Array<RawEntry | MalformedEntry>(raw.length);
+    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1]);
+    return entries;
+  }
+
+  /** Commits through the fencing script; false when the lease was lost (the worker then aborts). */
+  private async commit(offset: string): Promise<boolean> {
+    const { redis, options, token } = this.params;
+    const result = await redis.client.eventrailCommitOffset(this.leaseKey(), redis.keys.offset(this.params.group, this.params.partition), token, offset, options.lockTtlMs);
+    if (result === 1) {
+      this.committed = offset;
+      return true;
+    }
+    this.logger.warn(`${this.describe()}: lease was taken over; dropping the partition without committing ${offset}`);
+    this.abort();
+    return false;
+  }
+
+  private leaseKey(): string {
+    return this.params.redis.keys.lease(this.params.group, this.params.partition);
+  }
+
+  private describe(): string {
+    return `Group "${this.params.group}" partition ${this.params.partition}`;
+  }
+}

@@ -1,0 +1,40 @@
+import { Logger } from '@nestjs/common';
+import type { Cluster, Redis } from 'ioredis';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+
+/**
+ * Pub/sub between the workers of all groups: a worker that joins, leaves or
+ * hands partitions back publishes the group name, and the others rebalance at
+ * once instead of at their next heartbeat. One subscriber connection per
+ * process; nothing is sent while nothing changes.
+ */
+export class RebalanceSignal {
+  private readonly logger = new Logger(RebalanceSignal.name);
+  private subscriber?: Redis | Cluster;
+
+  constructor(private readonly redis: EventrailRedis) {}
+
+  async listen(onGroup: (group: string) => void): Promise<void> {
+    if (this.subscriber) return;
+    const channel = this.redis.keys.rebalanceChannel;
+    this.subscriber = this.redis.duplicate();
+    this.subscriber.on('message', (received: string, group: string) => {
+      if (received === channel) onGroup(group);
+    });
+    await this.subscriber.subscribe(channel);
+  }
+
+  async announce(group: string): Promise<void> {
+    try {
+      await this.redis.client.publish(this.redis.keys.rebalanceChannel, group);
+    } catch (error) {
+      // The others rebalance at their next heartbeat anyway.
+      this.logger.debug(`Could not announce a rebalance of "${group}": ${(error as Error).message}`);
+    }
+  }
+
+  close(): void {
+    this.subscriber?.disconnect();
+    this.subscriber = undefined;
+  }
+}

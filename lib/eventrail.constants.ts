@@ -1,0 +1,6 @@
+/** Injection token of the resolved module options. */
+export const EVENTRAIL_OPTIONS = Symbol('EVENTRAIL_OPTIONS');
+/** Injection token of the raw options given to `forRoot` / returned by the `forRootAsync` factory. */
+export const EVENTRAIL_RAW_OPTIONS = Symbol('EVENTRAIL_RAW_OPTIONS');
+/** Metadata key under which `@OnEvent` records its declarations on a class. */
+export const ON_EVENT_METADATA = 'eventrail:on-event';

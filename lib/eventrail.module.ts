@@ -1,0 +1,49 @@
+import { DynamicModule, Module, Provider } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { EventrailConsumers } from './consumer/eventrail-consumers';
+import { EventrailExplorer } from './discovery/eventrail.explorer';
+import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS } from './eventrail.constants';
+import { EventrailModuleAsyncOptions, EventrailModuleOptions, resolveModuleOptions } from './eventrail.options';
+import { EventrailPublisher } from './log/eventrail.publisher';
+import { EventrailRedis } from './redis/eventrail-redis';
+
+const resolvedOptionsProvider: Provider = {
+  provide: EVENTRAIL_OPTIONS,
+  inject: [EVENTRAIL_RAW_OPTIONS],
+  useFactory: (raw: EventrailModuleOptions) => resolveModuleOptions(raw),
+};
+
+const providers: Provider[] = [resolvedOptionsProvider, EventrailRedis, EventrailPublisher, EventrailConsumers, EventrailExplorer];
+const exported = [EventrailPublisher, EventrailConsumers, EVENTRAIL_OPTIONS];
+
+/**
+ * A durable, partitioned event log on Redis Streams. Global by default, so
+ * `EventrailPublisher` can be injected anywhere once imported.
+ */
+@Module({})
+export class EventrailModule {
+  static forRoot(options: EventrailModuleOptions = {}): DynamicModule {
+    // Validate now as well, so a mistake points at the forRoot call.
+    resolveModuleOptions(options);
+    return {
+      module: EventrailModule,
+      global: options.isGlobal ?? true,
+      imports: [DiscoveryModule],
+      providers: [{ provide: EVENTRAIL_RAW_OPTIONS, useValue: options }, ...providers],
+      exports: exported,
+    };
+  }
+
+  static forRootAsync(options: EventrailModuleAsyncOptions): DynamicModule {
+    return {
+      module: EventrailModule,
+      global: options.isGlobal ?? true,
+      imports: [DiscoveryModule, ...(options.imports ?? [])],
+      providers: [
+        { provide: EVENTRAIL_RAW_OPTIONS, inject: options.inject ?? [], useFactory: options.useFactory },
+        ...providers,
+      ],
+      exports: exported,
+    };
+  }
+}

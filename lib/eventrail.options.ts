@@ -1,0 +1,270 @@
+import type { ModuleMetadata, InjectionToken, OptionalFactoryDependency } from '@nestjs/common';
+import type { Redis, RedisOptions } from 'ioredis';
+import { InvalidOptionError } from './errors/invalid-option.error';
+
+/** Where a group starts reading when it has no committed offset yet. */
+export type InitialOffset =
+  | { mode: 'fromStart' }
+  | { mode: 'fromEnd' }
+  | { mode: 'fromId'; id: string }
+  | { mode: 'fromTime'; time: Date };
+
+/** Options of one consumer group. Set them module-wide under `consumer`, per group under `groups.<name>`, or in `@OnEvent`. */
+export interface ConsumerOptions {
+  /**
+   * Handler calls in flight at once in this process for the group, across its
+   * partitions. Events with the same key never run at the same time.
+   * @default 1
+   */
+  concurrency?: number;
+  /**
+   * Entries read from a partition per round trip.
+   * @default 100
+   */
+  batchSize?: number;
+  /**
+   * Lease TTL of a (group, partition). Renewed every third of it while the worker lives;
+   * a crashed worker's partitions are taken over after it.
+   * @default 30000
+   */
+  lockTtlMs?: number;
+  /**
+   * Membership heartbeat TTL. A worker that has not heartbeated for this long stops counting
+   * in the fair share.
+   * @default 30000
+   */
+  heartbeatTtlMs?: number;
+  /**
+   * On shutdown, how long to wait for running handlers before committing what is done and leaving.
+   * @default 10000
+   */
+  shutdownTimeoutMs?: number;
+  /**
+   * Where a group with no committed offset starts. Applied once, when the group first reads a partition.
+   * @default { mode: 'fromStart' }
+   */
+  initialOffset?: InitialOffset;
+  /**
+   * Retries of a failing handler, in place, before the message is given up.
+   * @default 5
+   */
+  maxRetries?: number;
+  /**
+   * First retry delay; doubles on every retry, with jitter.
+   * @default 1000
+   */
+  retryBackoffMs?: number;
+  /**
+   * Upper bound of the retry delay.
+   * @default 30000
+   */
+  retryBackoffMaxMs?: number;
+}
+
+export type ResolvedConsumerOptions = Required<ConsumerOptions>;
+
+export type RedisConnection = string | RedisOptions | Redis;
+
+export interface EventrailModuleOptions {
+  /**
+   * A URL, ioredis options, or an ioredis client the application owns (eventrail never closes it).
+   * @default process.env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379'
+   */
+  redis?: RedisConnection;
+  /**
+   * Every Redis key lives under it, so several applications can share one Redis.
+   * @default process.env.EVENTRAIL_PREFIX ?? 'eventrail'
+   */
+  prefix?: string;
+  /**
+   * Number of partition streams. Fixed once the log exists.
+   * @default 1
+   */
+  partitions?: number;
+  /** Defaults for every consumer group. */
+  consumer?: ConsumerOptions;
+  /** Overrides per group name. */
+  groups?: Record<string, ConsumerOptions>;
+  /**
+   * Start the consumers when the application bootstraps. With `false`, call `EventrailConsumers.start()`.
+   * @default true
+   */
+  autoStart?: boolean;
+  /**
+   * Largest accepted `data`, in bytes of its JSON.
+   * @default 1048576
+   */
+  maxPayloadBytes?: number;
+  /**
+   * How long startup waits for Redis before failing with `RedisUnavailableError`.
+   * @default 10000
+   */
+  startupTimeoutMs?: number;
+  /**
+   * Start even when Redis cannot be reached: publishing rejects and consumers start once Redis answers.
+   * @default false
+   */
+  allowDegradedStart?: boolean;
+  /**
+   * Register the module globally, so `EventrailPublisher` is injectable everywhere.
+   * @default true
+   */
+  isGlobal?: boolean;
+}
+
+export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
+  inject?: Array<InjectionToken | OptionalFactoryDependency>;
+  useFactory: (...args: never[]) => EventrailModuleOptions | Promise<EventrailModuleOptions>;
+  /** @default true */
+  isGlobal?: boolean;
+}
+
+export interface ResolvedEventrailOptions {
+  redis: RedisConnection;
+  prefix: string;
+  partitions: number;
+  consumer: ResolvedConsumerOptions;
+  groups: Record<string, ConsumerOptions>;
+  autoStart: boolean;
+  maxPayloadBytes: number;
+  startupTimeoutMs: number;
+  allowDegradedStart: boolean;
+}
+
+export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
+  concurrency: 1,
+  batchSize: 100,
+  lockTtlMs: 30_000,
+  heartbeatTtlMs: 30_000,
+  shutdownTimeoutMs: 10_000,
+  initialOffset: { mode: 'fromStart' } as InitialOffset,
+  maxRetries: 5,
+  retryBackoffMs: 1_000,
+  retryBackoffMaxMs: 30_000,
+});
+
+const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
+const GROUP_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+const STREAM_ID_PATTERN = /^\d{1,20}-\d{1,20}$/;
+const MAX_PARTITIONS = 1024;
+
+/** Applies defaults and environment fallbacks once, and validates everything, naming the option that is wrong. */
+export function resolveModuleOptions(
+  options: EventrailModuleOptions = {},
+  env: NodeJS.ProcessEnv = process.env,
+): ResolvedEventrailOptions {
+  if (options === null || typeof options !== 'object') {
+    throw new InvalidOptionError('options', options, 'an object');
+  }
+  const prefix = options.prefix ?? env.EVENTRAIL_PREFIX ?? 'eventrail';
+  if (typeof prefix !== 'string' || !PREFIX_PATTERN.test(prefix)) {
+    throw new InvalidOptionError('prefix', prefix, 'letters, digits, ".", "_", ":" or "-", 1 to 64 characters');
+  }
+  const redis = options.redis ?? env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379';
+  if (typeof redis !== 'string' && (redis === null || typeof redis !== 'object')) {
+    throw new InvalidOptionError('redis', redis, 'a redis:// URL, ioredis options or an ioredis client');
+  }
+  if (typeof redis === 'string' && !/^rediss?:\/\//.test(redis)) {
+    throw new InvalidOptionError('redis', redis, 'a URL starting with redis:// or rediss://');
+  }
+  const partitions = options.partitions ?? 1;
+  checkInteger('partitions', partitions, 1, MAX_PARTITIONS);
+
+  const consumer = resolveConsumerOptions('consumer', options.consumer, DEFAULT_CONSUMER_OPTIONS);
+  const groups = options.groups ?? {};
+  if (groups === null || typeof groups !== 'object') {
+    throw new InvalidOptionError('groups', groups, 'an object of group name to consumer options');
+  }
+  for (const [name, groupOptions] of Object.entries(groups)) {
+    validateGroupName(`groups.${name}`, name);
+    resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
+  }
+  const maxPayloadBytes = options.maxPayloadBytes ?? 1024 * 1024;
+  checkInteger('maxPayloadBytes', maxPayloadBytes, 1, 512 * 1024 * 1024);
+  const startupTimeoutMs = options.startupTimeoutMs ?? 10_000;
+  checkInteger('startupTimeoutMs', startupTimeoutMs, 1, 3_600_000);
+
+  return {
+    redis,
+    prefix,
+    partitions,
+    consumer,
+    groups,
+    autoStart: checkBoolean('autoStart', options.autoStart ?? true),
+    maxPayloadBytes,
+    startupTimeoutMs,
+    allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? false),
+  };
+}
+
+/** Merges `overrides` over `base` and validates the result; `path` names the options in errors. */
+export function resolveConsumerOptions(
+  path: string,
+  overrides: ConsumerOptions | undefined,
+  base: ResolvedConsumerOptions,
+): ResolvedConsumerOptions {
+  if (overrides === undefined) return base;
+  if (overrides === null || typeof overrides !== 'object') {
+    throw new InvalidOptionError(path, overrides, 'an object of consumer options');
+  }
+  const known = new Set(Object.keys(DEFAULT_CONSUMER_OPTIONS));
+  for (const key of Object.keys(overrides)) {
+    if (!known.has(key) && key !== 'group') {
+      throw new InvalidOptionError(`${path}.${key}`, (overrides as Record<string, unknown>)[key], `one of the options ${[...known].join(', ')}`);
+    }
+  }
+  const merged: ResolvedConsumerOptions = { ...base };
+  for (const key of Object.keys(DEFAULT_CONSUMER_OPTIONS) as Array<keyof ConsumerOptions>) {
+    const value = overrides[key];
+    if (value !== undefined) (merged as unknown as Record<string, unknown>)[key] = value;
+  }
+  checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
+  checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
+  checkInteger(`${path}.lockTtlMs`, merged.lockTtlMs, 300, 3_600_000);
+  checkInteger(`${path}.heartbeatTtlMs`, merged.heartbeatTtlMs, 300, 3_600_000);
+  checkInteger(`${path}.shutdownTimeoutMs`, merged.shutdownTimeoutMs, 0, 3_600_000);
+  checkInteger(`${path}.maxRetries`, merged.maxRetries, 0, 1_000);
+  checkInteger(`${path}.retryBackoffMs`, merged.retryBackoffMs, 0, 3_600_000);
+  checkInteger(`${path}.retryBackoffMaxMs`, merged.retryBackoffMaxMs, 0, 86_400_000);
+  validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
+  return merged;
+}
+
+export function validateGroupName(path: string, name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !GROUP_PATTERN.test(name)) {
+    throw new InvalidOptionError(path, name, 'a group name of letters, digits, ".", "_" or "-", 1 to 100 characters');
+  }
+}
+
+function validateInitialOffset(path: string, offset: InitialOffset): void {
+  const modes = "{ mode: 'fromStart' | 'fromEnd' } | { mode: 'fromId', id: '<ms>-<seq>' } | { mode: 'fromTime', time: Date }";
+  if (offset === null || typeof offset !== 'object') throw new InvalidOptionError(path, offset, modes);
+  switch (offset.mode) {
+    case 'fromStart':
+    case 'fromEnd':
+      return;
+    case 'fromId':
+      if (typeof offset.id !== 'string' || !STREAM_ID_PATTERN.test(offset.id)) {
+        throw new InvalidOptionError(`${path}.id`, offset.id, 'a stream id such as "1700000000000-0"');
+      }
+      return;
+    case 'fromTime':
+      if (!(offset.time instanceof Date) || Number.isNaN(offset.time.getTime()) || offset.time.getTime() < 0) {
+        throw new InvalidOptionError(`${path}.time`, offset.time, 'a valid Date');
+      }
+      return;
+    default:
+      throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
+  }
+}
+
+function checkInteger(path: string, value: unknown, min: number, max: number): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidOptionError(path, value, `an integer from ${min} to ${max}`);
+  }
+}
+
+function checkBoolean(path: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new InvalidOptionError(path, value, 'true or false');
+  return value;
+}

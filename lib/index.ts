@@ -1,0 +1,28 @@
+export { EventrailModule } from './eventrail.module';
+export type {
+  ConsumerOptions,
+  EventrailModuleAsyncOptions,
+  EventrailModuleOptions,
+  InitialOffset,
+  RedisConnection,
+} from './eventrail.options';
+export { DEFAULT_CONSUMER_OPTIONS } from './eventrail.options';
+export { EVENTRAIL_OPTIONS } from './eventrail.constants';
+export { OnEvent } from './decorators/on-event.decorator';
+export type { OnEventGroupOptions } from './decorators/on-event.decorator';
+export type { EventrailMessage } from './eventrail-message';
+export { EventrailPublisher } from './log/eventrail.publisher';
+export type { PublishInput, PublishOptions, PublishResult } from './log/eventrail.publisher';
+export { EventrailConsumers } from './consumer/eventrail-consumers';
+export { partitionForKey } from './log/partitioner';
+export { EventrailError } from './errors/eventrail.error';
+export { InvalidEventNameError } from './errors/invalid-event-name.error';
+export { InvalidEventDataError } from './errors/invalid-event-data.error';
+export { InvalidHeadersError } from './errors/invalid-headers.error';
+export { InvalidPublishOptionsError } from './errors/invalid-publish-options.error';
+export { PayloadTooLargeError } from './errors/payload-too-large.error';
+export { InvalidOptionError } from './errors/invalid-option.error';
+export { PartitionMismatchError } from './errors/partition-mismatch.error';
+export { RedisUnavailableError } from './errors/redis-unavailable.error';
+export { InvalidHandlerError } from './errors/invalid-handler.error';
+export { NonRetryableError } from './errors/non-retryable.error';

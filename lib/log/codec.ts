@@ -1,0 +1,133 @@
+/**
+ * The wire format: one stream entry is a flat list of fields. Only `event` and
+ * `data` are required, so a producer in any language can append an event with
+ * one XADD; eventrail's own publisher always writes `id` and `time` too.
+ *
+ * | field     | content                                         |
+ * |-----------|-------------------------------------------------|
+ * | `id`      | event id, a UUIDv7 (default: the stream id)     |
+ * | `event`   | event type, e.g. `payment.completed`            |
+ * | `key`     | ordering key (absent for keyless events)        |
+ * | `time`    | publish time, Unix ms (default: the stream id's)|
+ * | `data`    | JSON of the payload                             |
+ * | `headers` | JSON object of string values (optional)         |
+ */
+export const FIELD = {
+  id: 'id',
+  event: 'event',
+  key: 'key',
+  time: 'time',
+  data: 'data',
+  headers: 'headers',
+} as const;
+
+export interface EncodedEvent {
+  id: string;
+  event: string;
+  key: string | undefined;
+  time: number;
+  data: string;
+  headers: string | undefined;
+}
+
+/** XADD arguments after the id, in a fixed order. */
+export function encodeFields(e: EncodedEvent): string[] {
+  const fields = [FIELD.id, e.id, FIELD.event, e.event];
+  if (e.key !== undefined) fields.push(FIELD.key, e.key);
+  fields.push(FIELD.time, String(e.time), FIELD.data, e.data);
+  if (e.headers !== undefined) fields.push(FIELD.headers, e.headers);
+  return fields;
+}
+
+/** An entry as read from the stream, with its payload still undecoded. */
+export interface RawEntry {
+  offset: string;
+  id: string;
+  event: string;
+  key: string | null;
+  time: number;
+  data: string;
+  headers: string | undefined;
+}
+
+export interface MalformedEntry {
+  offset: string;
+  fields: string[];
+  reason: string;
+}
+
+/** Reads the fields of one entry. Cheap: the payload is parsed later, and only for events the group handles. */
+export function readEntry(offset: string, fields: string[]): RawEntry | MalformedEntry {
+  let id: string | undefined;
+  let event: string | undefined;
+  let key: string | null = null;
+  let time: string | undefined;
+  let data: string | undefined;
+  let headers: string | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const value = fields[i + 1];
+    switch (fields[i]) {
+      case FIELD.id:
+        id = value;
+        break;
+      case FIELD.event:
+        event = value;
+        break;
+      case FIELD.key:
+        key = value;
+        break;
+      case FIELD.time:
+        time = value;
+        break;
+      case FIELD.data:
+        data = value;
+        break;
+      case FIELD.headers:
+        headers = value;
+        break;
+    }
+  }
+  if (!event) return { offset, fields, reason: 'missing field "event"' };
+  if (data === undefined) return { offset, fields, reason: 'missing field "data"' };
+  let publishedAt: number;
+  if (time === undefined) {
+    publishedAt = Number(offset.slice(0, offset.indexOf('-')));
+  } else {
+    publishedAt = Number(time);
+    if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds' };
+  }
+  return { offset, id: id || offset, event, key, time: publishedAt, data, headers };
+}
+
+export function isMalformed(entry: RawEntry | MalformedEntry): entry is MalformedEntry {
+  return (entry as MalformedEntry).reason !== undefined;
+}
+
+/** Parses payload and headers; throws `DecodeError` with the reason when they are not valid. */
+export function decodePayload(entry: RawEntry): { data: unknown; headers: Record<string, string> } {
+  let data: unknown;
+  try {
+    data = JSON.parse(entry.data);
+  } catch {
+    throw new DecodeError('field "data" is not valid JSON');
+  }
+  if (entry.headers === undefined) return { data, headers: {} };
+  let headers: unknown;
+  try {
+    headers = JSON.parse(entry.headers);
+  } catch {
+    throw new DecodeError('field "headers" is not valid JSON');
+  }
+  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) {
+    throw new DecodeError('field "headers" is not a JSON object');
+  }
+  for (const value of Object.values(headers)) {
+    if (typeof value !== 'string') throw new DecodeError('field "headers" has a value that is not a string');
+  }
+  return { data, headers: headers as Record<string, string> };
+}
+
+/** An entry whose payload cannot be decoded; retrying cannot help. */
+export class DecodeError extends Error {
+  override name = 'DecodeError';
+}

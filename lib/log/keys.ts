@@ -1,0 +1,64 @@
+/**
+ * The only place that knows Redis key names. Keys of one partition share the
+ * hash tag `{<prefix>:<partition>}`, so every script touches a single cluster
+ * slot; keys that describe a whole group or the log live beside them under
+ * `<prefix>:`. The README's key table mirrors this file.
+ */
+export class EventrailKeys {
+  /** Stream key of each partition, computed once: the publisher looks them up per event. */
+  readonly streams: readonly string[];
+  /** Log metadata hash (`partitions`, `createdAt`). */
+  readonly meta: string;
+  /** Set of every group that ever registered. */
+  readonly groups: string;
+  /** Pub/sub channel that tells workers to rebalance; the message is the group name. */
+  readonly rebalanceChannel: string;
+
+  constructor(
+    readonly prefix: string,
+    readonly partitions: number,
+  ) {
+    this.streams = Array.from({ length: partitions }, (_, p) => `${this.tag(p)}:log`);
+    this.meta = `${prefix}:meta`;
+    this.groups = `${prefix}:groups`;
+    this.rebalanceChannel = `${prefix}:rebalance`;
+  }
+
+  stream(partition: number): string {
+    return this.streams[partition];
+  }
+
+  /** Committed offset of a group in a partition: the stream id up to which everything is done. */
+  offset(group: string, partition: number): string {
+    return `${this.tag(partition)}:offset:${group}`;
+  }
+
+  /** Lease of a group's partition; the value is `<workerId>:<epoch>`. */
+  lease(group: string, partition: number): string {
+    return `${this.tag(partition)}:lease:${group}`;
+  }
+
+  /** Counter that gives every lease a fresh epoch. */
+  epoch(group: string, partition: number): string {
+    return `${this.tag(partition)}:epoch:${group}`;
+  }
+
+  /** Live members of a group: sorted set of worker ids scored by heartbeat expiry (ms). */
+  members(group: string): string {
+    return `${this.prefix}:group:${group}:members`;
+  }
+
+  /** Member details (host, pid, start time) by worker id, for the admin API. */
+  memberInfo(group: string): string {
+    return `${this.prefix}:group:${group}:info`;
+  }
+
+  /** Event types a group has handlers for. */
+  events(group: string): string {
+    return `${this.prefix}:group:${group}:events`;
+  }
+
+  private tag(partition: number): string {
+    return `{${this.prefix}:${partition}}`;
+  }
+}

@@ -1,0 +1,30 @@
+/** Helpers for Redis stream ids (`<ms>-<seq>`). Offsets are exclusive: the id of the last entry done. */
+
+export const STREAM_START = '0-0';
+const MAX_SEQ = '18446744073709551615';
+
+/** The id just before `id`, so that reading after it starts at `id` itself. */
+export function previousStreamId(id: string): string {
+  const [ms, seq] = splitId(id);
+  if (seq > 0n) return `${ms}-${seq - 1n}`;
+  if (ms > 0n) return `${ms - 1n}-${MAX_SEQ}`;
+  return STREAM_START;
+}
+
+/** The offset that makes a group start at the first entry published at or after `time`. */
+export function offsetBeforeTime(time: Date): string {
+  return previousStreamId(`${time.getTime()}-0`);
+}
+
+export function compareStreamIds(a: string, b: string): number {
+  const [am, as] = splitId(a);
+  const [bm, bs] = splitId(b);
+  if (am !== bm) return am < bm ? -1 : 1;
+  if (as !== bs) return as < bs ? -1 : 1;
+  return 0;
+}
+
+function splitId(id: string): [bigint, bigint] {
+  const dash = id.indexOf('-');
+  return [BigInt(id.slice(0, dash)), BigInt(id.slice(dash + 1))];
+}

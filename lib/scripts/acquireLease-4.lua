@@ -1,0 +1,40 @@
+--[[
+  Takes the lease of a (group, partition) when it is free, expired, or held by
+  an earlier incarnation of this same worker, with a fresh epoch, and returns
+  the committed offset, initialising it the first time the group reads the
+  partition.
+
+  KEYS[1] lease key
+  KEYS[2] epoch counter key
+  KEYS[3] committed offset key
+  KEYS[4] partition stream key
+
+  ARGV[1] worker id
+  ARGV[2] lease TTL (ms)
+  ARGV[3] initial offset mode: "start" | "end" | "id"
+  ARGV[4] initial offset id (mode "id": the id to record)
+
+  Returns { token, committedOffset } when taken, nil when another worker holds it.
+]]
+local rcall = redis.call
+local current = rcall("GET", KEYS[1])
+if current and string.sub(current, 1, #ARGV[1] + 1) ~= ARGV[1] .. ":" then
+  return nil
+end
+
+local token = ARGV[1] .. ":" .. rcall("INCR", KEYS[2])
+rcall("SET", KEYS[1], token, "PX", ARGV[2])
+
+local offset = rcall("GET", KEYS[3])
+if not offset then
+  if ARGV[3] == "end" then
+    local last = rcall("XREVRANGE", KEYS[4], "+", "-", "COUNT", 1)
+    if last[1] then offset = last[1][1] else offset = "0-0" end
+  elseif ARGV[3] == "id" then
+    offset = ARGV[4]
+  else
+    offset = "0-0"
+  end
+  rcall("SET", KEYS[3], offset)
+end
+return { token, offset }

@@ -1,0 +1,25 @@
+--[[
+  Records that a worker is alive, forgets members whose heartbeat expired, and
+  returns the live members. Uses the server clock so hosts need no clock sync.
+
+  KEYS[1] members sorted set (worker id scored by expiry ms)
+  KEYS[2] member info hash (worker id -> JSON)
+
+  ARGV[1] worker id
+  ARGV[2] heartbeat TTL (ms)
+  ARGV[3] member info JSON
+
+  Returns the live worker ids, sorted.
+]]
+local rcall = redis.call
+local time = rcall("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+local expired = rcall("ZRANGEBYSCORE", KEYS[1], "-inf", now)
+if #expired > 0 then
+  rcall("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+  rcall("HDEL", KEYS[2], unpack(expired))
+end
+rcall("ZADD", KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+rcall("HSET", KEYS[2], ARGV[1], ARGV[3])
+return rcall("ZRANGE", KEYS[1], 0, -1)

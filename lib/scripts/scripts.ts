@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+
+/**
+ * Commands eventrail adds to a client, one per Lua file named
+ * `<verbNoun>-<numberOfKeys>.lua`. Registered once per client with
+ * `defineCommand`, so ioredis sends EVALSHA and falls back on NOSCRIPT.
+ */
+export interface EventrailCommands {
+  eventrailAcquireLease(
+    lease: string,
+    epoch: string,
+    offset: string,
+    stream: string,
+    workerId: string,
+    ttlMs: number,
+    initialMode: 'start' | 'end' | 'id',
+    initialId: string,
+  ): Promise<[string, string] | null>;
+  eventrailCommitOffset(lease: string, offset: string, token: string, id: string, ttlMs: number): Promise<number>;
+  eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
+  eventrailReleaseLease(lease: string, token: string): Promise<number>;
+  eventrailHeartbeat(members: string, info: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
+}
+
+export type EventrailClient = (Redis | Cluster) & EventrailCommands;
+
+type Chained<T> = { [K in keyof T]: T[K] extends (...args: infer A) => unknown ? (...args: A) => EventrailPipeline : never };
+
+/** A pipeline that also queues eventrail's commands. */
+export type EventrailPipeline = ChainableCommander & Chained<EventrailCommands>;
+
+export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
+  return client.pipeline() as EventrailPipeline;
+}
+
+const SCRIPTS = ['acquireLease-4', 'commitOffset-2', 'renewLease-1', 'releaseLease-1', 'heartbeat-2'];
+const REGISTERED = Symbol.for('eventrail.scripts');
+
+let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;
+
+function loadSources(): typeof sources & object {
+  sources ??= SCRIPTS.map((file) => {
+    const [verbNoun, keys] = file.split('-');
+    return {
+      name: `eventrail${verbNoun[0].toUpperCase()}${verbNoun.slice(1)}`,
+      numberOfKeys: Number(keys),
+      lua: readFileSync(join(__dirname, `${file}.lua`), 'utf8'),
+    };
+  });
+  return sources;
+}
+
+/** Adds eventrail's commands to `client` (once; safe to call again). */
+export function registerScripts(client: Redis | Cluster): EventrailClient {
+  const marked = client as unknown as Record<symbol, boolean>;
+  if (!marked[REGISTERED]) {
+    for (const script of loadSources()) {
+      client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+    }
+    marked[REGISTERED] = true;
+  }
+  return client as EventrailClient;
+}
