@@ -14,7 +14,7 @@ export class InvalidOptionError extends EventrailError {
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value);
   if (typeof value === 'number' || typeof value === 'boolean' || value == null) return String(value);
-  if (value instanceof Date) return `Date(${value.toISOString()})`;
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? 'an invalid Date' : `Date(${value.toISOString()})`;
   try {
     return JSON.stringify(value) ?? typeof value;
   } catch {

@@ -49,7 +49,11 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     try {
       await this.waitUntilReady(this.options.startupTimeoutMs);
     } catch (error) {
-      if (!this.options.allowDegradedStart) throw error;
+      if (!this.options.allowDegradedStart) {
+        // Nest runs no shutdown hooks after a failed init: stop reconnecting here.
+        if (this.owned) this.client.disconnect();
+        throw error;
+      }
       this.logger.warn(`Starting degraded: ${(error as Error).message}. Publishing fails until Redis answers.`);
       return;
     }

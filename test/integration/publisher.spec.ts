@@ -1,0 +1,99 @@
+import { INestApplicationContext } from '@nestjs/common';
+import Redis from 'ioredis';
+import {
+  EventrailPublisher,
+  InvalidEventDataError,
+  InvalidEventNameError,
+  InvalidHeadersError,
+  InvalidPublishOptionsError,
+  partitionForKey,
+  PayloadTooLargeError,
+} from '../../lib';
+import { createApp } from '../support/app';
+import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
+
+describe('EventrailPublisher', () => {
+  const prefix = uniquePrefix('pub');
+  let app: INestApplicationContext;
+  let publisher: EventrailPublisher;
+  let redis: Redis;
+
+  const logLength = async (): Promise<number> => {
+    let total = 0;
+    for (let p = 0; p < 4; p++) total += await redis.xlen(`{${prefix}:${p}}:log`);
+    return total;
+  };
+
+  beforeAll(async () => {
+    redis = new Redis(testRedisUrl());
+    app = await createApp({ prefix, partitions: 4, maxPayloadBytes: 1000 });
+    publisher = app.get(EventrailPublisher);
+  });
+
+  afterAll(async () => {
+    await app.close();
+    await deletePrefix(redis, prefix);
+    redis.disconnect();
+  });
+
+  it('appends one entry in the documented wire format and returns its position', async () => {
+    const result = await publisher.publish('order.created', { total: 12.5, items: ['a'] }, { key: 'order-7', headers: { traceparent: 'tp' } });
+    expect(result.partition).toBe(partitionForKey('order-7', 4));
+    expect(result.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
+    const [[offset, fields]] = await redis.xrange(`{${prefix}:${result.partition}}:log`, result.offset, result.offset);
+    expect(offset).toBe(result.offset);
+    const map = Object.fromEntries(fields.reduce<string[][]>((pairs, v, i) => (i % 2 ? pairs : [...pairs, [v, fields[i + 1]]]), []));
+    expect(map).toMatchObject({ id: result.id, event: 'order.created', key: 'order-7', data: '{"total":12.5,"items":["a"]}', headers: '{"traceparent":"tp"}' });
+    expect(Number(map.time)).toBeGreaterThan(Date.now() - 60_000);
+  });
+
+  it('sends keyless events to partition 0 unless told otherwise, and keeps a given id', async () => {
+    expect((await publisher.publish('tick', {})).partition).toBe(0);
+    const chosen = await publisher.publish('tick', {}, { partition: 3, id: 'outbox-42' });
+    expect(chosen).toMatchObject({ partition: 3, id: 'outbox-42' });
+  });
+
+  it('keeps publish order per partition in publishMany', async () => {
+    const results = await publisher.publishMany(Array.from({ length: 50 }, (_, n) => ({ event: 'seq', data: { n }, key: 'same' })));
+    const partition = results[0].partition;
+    expect(results.every((r) => r.partition === partition)).toBe(true);
+    const entries = await redis.xrange(`{${prefix}:${partition}}:log`, results[0].offset, '+');
+    const ns = entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n);
+    expect(ns).toEqual(Array.from({ length: 50 }, (_, n) => n));
+  });
+
+  describe('refuses bad input with a typed error and appends nothing', () => {
+    const cycle: Record<string, unknown> = {};
+    cycle.me = cycle;
+    it.each<[string, () => Promise<unknown>, new (...args: never[]) => Error, string]>([
+      ['an empty event name', () => publisher.publish('', {}), InvalidEventNameError, 'must not be empty'],
+      ['an over-long event name', () => publisher.publish('e'.repeat(300), {}), InvalidEventNameError, 'over 256'],
+      ['control characters', () => publisher.publish('a\u0007b', {}), InvalidEventNameError, 'control characters'],
+      ['undefined data', () => publisher.publish('e', undefined), InvalidEventDataError, 'data is undefined'],
+      ['a function', () => publisher.publish('e', { f: () => 0 }), InvalidEventDataError, 'data.f is a function'],
+      ['a symbol', () => publisher.publish('e', { s: Symbol('s') }), InvalidEventDataError, 'data.s is a symbol'],
+      ['a BigInt', () => publisher.publish('e', { n: 1n }), InvalidEventDataError, 'data.n is a BigInt'],
+      ['NaN', () => publisher.publish('e', { x: [NaN] }), InvalidEventDataError, 'data.x[0] is NaN'],
+      ['Infinity', () => publisher.publish('e', { x: -Infinity }), InvalidEventDataError, 'data.x is -Infinity'],
+      ['a cycle', () => publisher.publish('e', cycle), InvalidEventDataError, 'data.me is a circular reference'],
+      ['a Date', () => publisher.publish('e', { at: new Date() }), InvalidEventDataError, 'data.at is an instance of Date'],
+      ['a Map', () => publisher.publish('e', { m: new Map() }), InvalidEventDataError, 'data.m is an instance of Map'],
+      ['an oversized payload', () => publisher.publish('e', { s: 'x'.repeat(2000) }), PayloadTooLargeError, 'over maxPayloadBytes (1000)'],
+      ['a multi-byte oversized payload', () => publisher.publish('e', { s: 'é'.repeat(600) }), PayloadTooLargeError, 'is 1208 bytes'],
+      ['a numeric header', () => publisher.publish('e', {}, { headers: { n: 1 as never } }), InvalidHeadersError, 'header "n"'],
+      ['an empty key', () => publisher.publish('e', {}, { key: '' }), InvalidPublishOptionsError, 'option key'],
+      ['a partition out of range', () => publisher.publish('e', {}, { partition: 4 }), InvalidPublishOptionsError, 'from 0 to 3'],
+      ['a partition with a key', () => publisher.publish('e', {}, { partition: 1, key: 'k' }), InvalidPublishOptionsError, 'cannot be combined'],
+      ['a batch with one bad event', () => publisher.publishMany([{ event: 'ok', data: 1 }, { event: 'bad', data: { d: new Date() } }]), InvalidEventDataError, 'data.d'],
+    ])('%s', async (_, call, type, message) => {
+      const before = await logLength();
+      const error = await call().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(type);
+      expect((error as Error).message).toContain(message);
+      expect(await logLength()).toBe(before);
+    });
+  });
+});

@@ -1,0 +1,172 @@
+import { Injectable, INestApplicationContext, Module, Scope } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import Redis from 'ioredis';
+import {
+  EventrailModule,
+  EventrailPublisher,
+  InvalidHandlerError,
+  InvalidOptionError,
+  OnEvent,
+  PartitionMismatchError,
+  RedisUnavailableError,
+} from '../../lib';
+import { createApp } from '../support/app';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { freePort, startRedisServer } from '../support/redis-server';
+
+async function initError(imports: unknown[], providers: unknown[] = []): Promise<unknown> {
+  try {
+    const moduleRef = await Test.createTestingModule({ imports: imports as never[], providers: providers as never[] }).compile();
+    const app = await moduleRef.init();
+    await app.close();
+    return undefined;
+  } catch (error) {
+    return error;
+  }
+}
+
+describe('startup and outages', () => {
+  let redis: Redis;
+  const prefix = uniquePrefix('start');
+
+  beforeAll(() => {
+    redis = new Redis(testRedisUrl());
+  });
+  afterAll(async () => {
+    await deletePrefix(redis, prefix);
+    redis.disconnect();
+  });
+
+  it('refuses a partition count other than the recorded one, naming both', async () => {
+    const app = await createApp({ prefix, partitions: 4 });
+    await app.close();
+    const error = await initError([EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 6 })]);
+    expect(error).toBeInstanceOf(PartitionMismatchError);
+    expect((error as Error).message).toContain('created with partitions: 4');
+    expect((error as Error).message).toContain('configured with partitions: 6');
+    expect(await redis.hget(`${prefix}:meta`, 'partitions')).toBe('4');
+  });
+
+  it('fails invalid options at forRoot and at forRootAsync, naming the option', async () => {
+    expect(() => EventrailModule.forRoot({ partitions: -1 })).toThrow(InvalidOptionError);
+    const error = await initError([EventrailModule.forRootAsync({ useFactory: () => ({ redis: testRedisUrl(), consumer: { batchSize: 0 } }) })]);
+    expect(error).toBeInstanceOf(InvalidOptionError);
+    expect((error as Error).message).toContain('consumer.batchSize');
+  });
+
+  it('takes its options from forRootAsync with injected providers', async () => {
+    const asyncPrefix = `${prefix}-async`;
+    @Injectable()
+    class Config {
+      url = testRedisUrl();
+    }
+    @Module({ providers: [Config], exports: [Config] })
+    class ConfigModule {}
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRootAsync({ imports: [ConfigModule], inject: [Config], useFactory: (config: Config) => ({ redis: config.url, prefix: asyncPrefix }) })],
+    }).compile();
+    const app = await moduleRef.init();
+    const result = await app.get(EventrailPublisher).publish('async.works', {});
+    expect(await redis.xlen(`{${asyncPrefix}:0}:log`)).toBe(1);
+    expect(result.partition).toBe(0);
+    await app.close();
+    await deletePrefix(redis, asyncPrefix);
+  });
+
+  it('fails startup with RedisUnavailableError after startupTimeoutMs when Redis does not answer', async () => {
+    const port = await freePort();
+    const started = Date.now();
+    const error = await initError([EventrailModule.forRoot({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 400 })]);
+    expect(error).toBeInstanceOf(RedisUnavailableError);
+    expect((error as Error).message).toContain('startupTimeoutMs (400 ms)');
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('starts degraded when allowed, rejects publishes while Redis is down, and recovers when it comes up', async () => {
+    const port = await freePort();
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRoot({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 200, allowDegradedStart: true })],
+    }).compile();
+    const app = await moduleRef.init();
+    const publisher = app.get(EventrailPublisher);
+    await expect(publisher.publish('while.down', {})).rejects.toBeInstanceOf(RedisUnavailableError);
+    const server = await startRedisServer(port);
+    try {
+      const result = await waitFor(() => publisher.publish('after.up', {}).catch(() => undefined), 'publish after Redis came up');
+      expect(result.partition).toBe(0);
+    } finally {
+      await app.close();
+      await server.stop();
+    }
+  });
+
+  it('rejects publishes with RedisUnavailableError when Redis dies, and never resolves one that was not appended', async () => {
+    const server = await startRedisServer();
+    const app: INestApplicationContext = await createApp({ redis: server.url, prefix });
+    const publisher = app.get(EventrailPublisher);
+    await publisher.publish('before', {});
+    await server.stop('SIGKILL');
+    const outcomes = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => publisher.publish('during', { i })));
+    expect(outcomes.every((o) => o.status === 'rejected')).toBe(true);
+    for (const o of outcomes) expect((o as PromiseRejectedResult).reason).toBeInstanceOf(RedisUnavailableError);
+    await app.close();
+  });
+});
+
+describe('@OnEvent mistakes fail startup naming the class and method', () => {
+  const imports = (): unknown[] => [EventrailModule.forRoot({ redis: testRedisUrl(), prefix: uniquePrefix('bad') })];
+
+  it('refuses a request-scoped provider', async () => {
+    @Injectable({ scope: Scope.REQUEST })
+    class PerRequest {
+      @OnEvent('x', 'g')
+      handle(): void {}
+    }
+    const error = await initError(imports(), [PerRequest]);
+    expect(error).toBeInstanceOf(InvalidHandlerError);
+    expect((error as Error).message).toContain('PerRequest.handle');
+    expect((error as Error).message).toContain('request-scoped');
+  });
+
+  it('refuses a property that is not a method', async () => {
+    @Injectable()
+    class NotAMethod {
+      @OnEvent('x', 'g')
+      handler = 'nope';
+    }
+    const error = await initError(imports(), [NotAMethod]);
+    expect(error).toBeInstanceOf(InvalidHandlerError);
+    expect((error as Error).message).toContain('NotAMethod.handler: it is not a method');
+  });
+
+  it('refuses an invalid group name and an invalid event name', async () => {
+    @Injectable()
+    class BadGroup {
+      @OnEvent('x', 'no spaces please')
+      handle(): void {}
+    }
+    @Injectable()
+    class BadEvent {
+      @OnEvent(['ok', ''], 'g')
+      handle(): void {}
+    }
+    const groupError = await initError(imports(), [BadGroup]);
+    expect(groupError).toBeInstanceOf(InvalidHandlerError);
+    expect((groupError as Error).message).toContain('BadGroup.handle');
+    expect((groupError as Error).message).toContain('"no spaces please"');
+    const eventError = await initError(imports(), [BadEvent]);
+    expect(eventError).toBeInstanceOf(InvalidHandlerError);
+    expect((eventError as Error).message).toContain('BadEvent.handle');
+  });
+
+  it('refuses invalid decorator options, naming the method', async () => {
+    @Injectable()
+    class BadOptions {
+      @OnEvent('x', { group: 'g', concurrency: -2 })
+      handle(): void {}
+    }
+    const error = await initError(imports(), [BadOptions]);
+    expect(error).toBeInstanceOf(InvalidOptionError);
+    expect((error as Error).message).toContain('@OnEvent on BadOptions.handle.concurrency');
+  });
+});

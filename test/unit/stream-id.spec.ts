@@ -1,0 +1,40 @@
+import { compareStreamIds, offsetBeforeTime, previousStreamId } from '../../lib/log/stream-id';
+import { newEventId } from '../../lib/log/event-id';
+import { retryDelayMs } from '../../lib/consumer/backoff';
+
+describe('stream ids', () => {
+  it('finds the id just before another', () => {
+    expect(previousStreamId('5-3')).toBe('5-2');
+    expect(previousStreamId('5-0')).toBe('4-18446744073709551615');
+    expect(previousStreamId('0-0')).toBe('0-0');
+    expect(offsetBeforeTime(new Date(1000))).toBe('999-18446744073709551615');
+  });
+
+  it('compares numerically, beyond double precision', () => {
+    expect(compareStreamIds('10-0', '9-5')).toBe(1);
+    expect(compareStreamIds('9-18446744073709551615', '9-18446744073709551614')).toBe(1);
+    expect(compareStreamIds('1-1', '1-1')).toBe(0);
+    expect(compareStreamIds('1-1', '1-2')).toBe(-1);
+  });
+});
+
+describe('event ids', () => {
+  it('are UUIDv7 that sort by time', () => {
+    const a = newEventId(1_700_000_000_000);
+    const b = newEventId(1_700_000_000_001);
+    expect(a).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(a < b).toBe(true);
+    expect(parseInt(a.replace(/-/g, '').slice(0, 12), 16)).toBe(1_700_000_000_000);
+    expect(newEventId()).not.toBe(newEventId());
+  });
+});
+
+describe('retry backoff', () => {
+  it('doubles from the base, is capped, and jitters within the upper half', () => {
+    expect(retryDelayMs(1, 1000, 30000, () => 0)).toBe(500);
+    expect(retryDelayMs(1, 1000, 30000, () => 1)).toBe(1000);
+    expect(retryDelayMs(3, 1000, 30000, () => 1)).toBe(4000);
+    expect(retryDelayMs(10, 1000, 30000, () => 1)).toBe(30000);
+    expect(retryDelayMs(10, 1000, 30000, () => 0)).toBe(15000);
+  });
+});
