@@ -48,12 +48,27 @@ export class BatchRun {
   }
 
   private async runInOrder(): Promise<void> {
-    for (let i = 0; i < this.entries.length; i++) {
-      if (!this.processor.wants(this.entries[i])) {
-        this.done[i] = 1;
+    const { entries, processor, semaphore, stop, done, partition } = this;
+    for (let i = 0; i < entries.length; i++) {
+      if (!processor.wants(entries[i])) {
+        done[i] = 1;
         continue;
       }
-      if (!(await this.runOne(i))) return;
+      // Inlined runOne: this loop is the drain hot path, one frame per entry less.
+      if (!semaphore.tryAcquire()) await semaphore.acquire();
+      let ok: boolean;
+      try {
+        if (stop.stopped) return;
+        const result = processor.process(entries[i], partition, stop);
+        ok = typeof result === 'boolean' ? result : await result;
+      } catch (error) {
+        this.reportFailure(i, error);
+        return;
+      } finally {
+        semaphore.release();
+      }
+      if (!ok) return;
+      done[i] = 1;
     }
   }
 
@@ -78,6 +93,13 @@ export class BatchRun {
     await Promise.all(tasks);
   }
 
+  private reportFailure(index: number, error: unknown): void {
+    BatchRun.logger.error(
+      `Could not finish entry ${this.entries[index].offset} of partition ${this.partition}: ${(error as Error).message}`,
+      (error as Error).stack,
+    );
+  }
+
   private async runOne(index: number): Promise<boolean> {
     if (!this.semaphore.tryAcquire()) await this.semaphore.acquire();
     try {
@@ -86,10 +108,7 @@ export class BatchRun {
       if (ok) this.done[index] = 1;
       return ok;
     } catch (error) {
-      BatchRun.logger.error(
-        `Could not finish entry ${this.entries[index].offset} of partition ${this.partition}: ${(error as Error).message}`,
-        (error as Error).stack,
-      );
+      this.reportFailure(index, error);
       return false;
     } finally {
       this.semaphore.release();

@@ -43,6 +43,7 @@ export class PartitionWorker {
   private current?: BatchRun;
   private committed: string;
   private loop?: Promise<void>;
+  private pendingCommit?: Promise<boolean>;
   private ended?: Promise<void>;
   private lost = false;
 
@@ -96,11 +97,15 @@ export class PartitionWorker {
   private async finish(timeoutMs: number): Promise<void> {
     this.halt();
     const loop = this.loop ?? Promise.resolve();
-    const timedOut = !(await Promise.race([loop.then(() => true), new StopSignal().sleep(timeoutMs).then(() => false)]));
-    if (timedOut) this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
-    if (this.lost) return;
-    const mark = this.current?.watermark();
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+    const finished = await Promise.race([loop.then(() => true), deadline]);
+    clearTimeout(timer);
+    if (!finished) this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
     try {
+      await this.pendingCommit;
+      if (this.lost) return;
+      const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark);
       if (!this.lost) await this.params.redis.client.eventrailReleaseLease(this.leaseKey(), this.params.token);
     } catch (error) {
@@ -141,7 +146,10 @@ export class PartitionWorker {
       await batch.run(this.params.options.concurrency);
       if (this.stop.stopped) return; // the stopper commits the low watermark
       const mark = batch.watermark();
-      if (mark && !(await this.commit(mark))) return;
+      // The commit travels while the next batch is handled; its verdict is
+      // read before the next commit is sent, so a fenced worker stops within a batch.
+      if (this.pendingCommit && !(await this.pendingCommit)) return;
+      if (mark) this.pendingCommit = this.commit(mark);
       this.current = undefined;
       if (!batch.complete) {
         // An entry could not be finished (its failure could not be recorded):
@@ -184,9 +192,18 @@ export class PartitionWorker {
   /** Commits through the fencing script; false when the lease was lost (the worker then aborts). */
   private async commit(offset: string): Promise<boolean> {
     const { redis, options, token } = this.params;
-    const result = await redis.client.eventrailCommitOffset(this.leaseKey(), redis.keys.offset(this.params.group, this.params.partition), token, offset, options.lockTtlMs);
+    let result: number;
+    try {
+      result = await redis.client.eventrailCommitOffset(this.leaseKey(), redis.keys.offset(this.params.group, this.params.partition), token, offset, options.lockTtlMs);
+    } catch (error) {
+      // Whether it landed is unknown: stop here; the partition is taken again
+      // (by this worker too) from whatever offset Redis holds.
+      this.logger.warn(`${this.describe()}: commit of ${offset} failed (${(error as Error).message}); dropping the partition`);
+      this.abort();
+      return false;
+    }
     if (result === 1) {
-      this.committed = offset;
+      if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
       return true;
     }
     this.logger.warn(`${this.describe()}: lease was taken over; dropping the partition without committing ${offset}`);
