@@ -39,10 +39,7 @@ export class EventrailModule {
       module: EventrailModule,
       global: options.isGlobal ?? true,
       imports: [DiscoveryModule, ...(options.imports ?? [])],
-      providers: [
-        { provide: EVENTRAIL_RAW_OPTIONS, inject: options.inject ?? [], useFactory: options.useFactory },
-        ...providers,
-      ],
+      providers: [{ provide: EVENTRAIL_RAW_OPTIONS, inject: options.inject ?? [], useFactory: options.useFactory }, ...providers],
       exports: exported,
     };
   }

@@ -3,11 +3,7 @@ import type { Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError } from './errors/invalid-option.error';
 
 /** Where a group starts reading when it has no committed offset yet. */
-export type InitialOffset =
-  | { mode: 'fromStart' }
-  | { mode: 'fromEnd' }
-  | { mode: 'fromId'; id: string }
-  | { mode: 'fromTime'; time: Date };
+export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
 
 /** Options of one consumer group. Set them module-wide under `consumer`, per group under `groups.<name>`, or in `@OnEvent`. */
 export interface ConsumerOptions {
@@ -149,10 +145,7 @@ const STREAM_ID_PATTERN = /^\d{1,20}-\d{1,20}$/;
 const MAX_PARTITIONS = 1024;
 
 /** Applies defaults and environment fallbacks once, and validates everything, naming the option that is wrong. */
-export function resolveModuleOptions(
-  options: EventrailModuleOptions = {},
-  env: NodeJS.ProcessEnv = process.env,
-): ResolvedEventrailOptions {
+export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: NodeJS.ProcessEnv = process.env): ResolvedEventrailOptions {
   if (options === null || typeof options !== 'object') {
     throw new InvalidOptionError('options', options, 'an object');
   }
@@ -210,7 +203,11 @@ export function resolveConsumerOptions(
   const known = new Set(Object.keys(DEFAULT_CONSUMER_OPTIONS));
   for (const key of Object.keys(overrides)) {
     if (!known.has(key) && key !== 'group') {
-      throw new InvalidOptionError(`${path}.${key}`, (overrides as Record<string, unknown>)[key], `one of the options ${[...known].join(', ')}`);
+      throw new InvalidOptionError(
+        `${path}.${key}`,
+        (overrides as Record<string, unknown>)[key],
+        `one of the options ${[...known].join(', ')}`,
+      );
     }
   }
   const merged: ResolvedConsumerOptions = { ...base };

@@ -1,3 +1,7 @@
+// The sample app: `npm run sample` (which finds or starts a Redis), then
+//   curl -X POST localhost:3000/payments -H 'content-type: application/json' -d '{"amountCents":1250,"currency":"EUR"}'
+//   curl localhost:3000/payments/demo
+//   curl localhost:3000/ledger
 import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';

@@ -70,6 +70,8 @@ function freePort() {
 /** Starts redis-server on a free loopback port without persistence and waits until it answers. */
 async function startRedisServer() {
   const port = await freePort();
+  // --dir: nothing is written (no persistence), and .ci/run finds a server left
+  // behind by an interrupted run through this working directory (its private TMPDIR).
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', tmpdir()];
   // Its own process group: a Ctrl-C in the terminal must reach the sample first and
   // let it shut down cleanly (commit offsets, release leases) while Redis still runs.

@@ -49,7 +49,10 @@ export class GroupConsumer {
 
   /** Partitions this process works right now. */
   ownedPartitions(): number[] {
-    return [...this.workers.values()].filter((w) => w.active).map((w) => w.partition).sort((a, b) => a - b);
+    return [...this.workers.values()]
+      .filter((w) => w.active)
+      .map((w) => w.partition)
+      .sort((a, b) => a - b);
   }
 
   async start(): Promise<void> {
@@ -102,7 +105,13 @@ export class GroupConsumer {
     const owned = [...this.workers.values()].filter((w) => w.active);
     try {
       const pipeline = eventrailPipeline(client);
-      pipeline.eventrailHeartbeat(keys.members(this.name), keys.memberInfo(this.name), this.worker.id, this.options.heartbeatTtlMs, this.worker.info);
+      pipeline.eventrailHeartbeat(
+        keys.members(this.name),
+        keys.memberInfo(this.name),
+        this.worker.id,
+        this.options.heartbeatTtlMs,
+        this.worker.info,
+      );
       for (const w of owned) pipeline.eventrailRenewLease(keys.lease(this.name, w.partition), w.token, this.options.lockTtlMs);
       const replies = (await pipeline.exec()) ?? [];
       const [heartbeatError, members] = replies[0] ?? [];
@@ -155,7 +164,7 @@ export class GroupConsumer {
       // Hand back the partitions furthest from this worker's preferred range.
       const extras = owned.slice(share);
       this.logger.log(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`);
-      await Promise.all(extras.map((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs)));
+      await Promise.all(extras.map((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true)));
       await this.announce(this.name);
       return;
     }
@@ -190,8 +199,13 @@ export class GroupConsumer {
     let acquired = 0;
     partitions.forEach((partition, i) => {
       const [error, reply] = replies[i] ?? [];
-      if (error || !reply || !this.running) return;
+      if (error || !reply) return;
       const [token, committed] = reply as [string, string];
+      if (!this.running) {
+        // Stopped while the acquire was in flight: give the lease straight back.
+        void client.eventrailReleaseLease(keys.lease(this.name, partition), token).catch(() => undefined);
+        return;
+      }
       const worker = new PartitionWorker({
         group: this.name,
         partition,
@@ -232,7 +246,13 @@ export class GroupConsumer {
 
   private heartbeat(): Promise<string[]> {
     const { keys, client } = this.redis;
-    return client.eventrailHeartbeat(keys.members(this.name), keys.memberInfo(this.name), this.worker.id, this.options.heartbeatTtlMs, this.worker.info);
+    return client.eventrailHeartbeat(
+      keys.members(this.name),
+      keys.memberInfo(this.name),
+      this.worker.id,
+      this.options.heartbeatTtlMs,
+      this.worker.info,
+    );
   }
 }
 

@@ -35,7 +35,8 @@ export class MessageProcessor {
    * several handlers per event take the general path.
    */
   process(entry: RawEntry | MalformedEntry, partition: number, stop: StopSignal): boolean | Promise<boolean> {
-    if (isMalformed(entry)) return this.giveUp(entry, partition, 'malformed', new DecodeError(entry.reason), 0, new Date()).then(() => true);
+    if (isMalformed(entry))
+      return this.giveUp(entry, partition, 'malformed', new DecodeError(entry.reason), 0, new Date()).then(() => true);
     const handlers = this.handlers.get(entry.event);
     if (!handlers) return true;
     let payload: Payload;

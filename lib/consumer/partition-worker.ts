@@ -46,6 +46,7 @@ export class PartitionWorker {
   private pendingCommit?: Promise<boolean>;
   private ended?: Promise<void>;
   private lost = false;
+  private draining = false;
 
   constructor(private readonly params: PartitionWorkerParams) {
     this.streamKey = params.redis.keys.stream(params.partition);
@@ -62,7 +63,7 @@ export class PartitionWorker {
 
   /** False once the worker was told to stop or lost its lease. */
   get active(): boolean {
-    return !this.stop.stopped;
+    return !this.draining;
   }
 
   /** True when the worker ended because its lease was taken over. */
@@ -80,11 +81,13 @@ export class PartitionWorker {
   }
 
   /**
-   * Stops fetching, lets running handlers finish (at most `timeoutMs`), commits
-   * what is done and releases the lease so another worker can take over at once.
+   * Stops fetching, commits what is done and releases the lease so another
+   * worker can take over at once. `finishBatch` (a hand-back while the process
+   * keeps running) lets the batch in hand complete; otherwise (shutdown) only
+   * handlers already running finish. Either way at most `timeoutMs` is waited.
    */
-  stopGracefully(timeoutMs: number): Promise<void> {
-    this.ended ??= this.finish(timeoutMs);
+  stopGracefully(timeoutMs: number, finishBatch = false): Promise<void> {
+    this.ended ??= this.finish(timeoutMs, finishBatch);
     return this.ended;
   }
 
@@ -94,14 +97,18 @@ export class PartitionWorker {
     this.halt();
   }
 
-  private async finish(timeoutMs: number): Promise<void> {
-    this.halt();
+  private async finish(timeoutMs: number, finishBatch: boolean): Promise<void> {
+    if (finishBatch) this.drain();
+    else this.halt();
     const loop = this.loop ?? Promise.resolve();
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
     const finished = await Promise.race([loop.then(() => true), deadline]);
     clearTimeout(timer);
-    if (!finished) this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
+    if (!finished) {
+      this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
+      this.halt();
+    }
     try {
       await this.pendingCommit;
       if (this.lost) return;
@@ -109,32 +116,41 @@ export class PartitionWorker {
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark);
       if (!this.lost) await this.params.redis.client.eventrailReleaseLease(this.leaseKey(), this.params.token);
     } catch (error) {
-      this.logger.warn(`${this.describe()}: could not commit and release on stop (${(error as Error).message}); the lease expires on its own`);
+      this.logger.warn(
+        `${this.describe()}: could not commit and release on stop (${(error as Error).message}); the lease expires on its own`,
+      );
     }
   }
 
-  private halt(): void {
-    if (this.stop.stopped) return;
-    this.stop.fire();
+  /** No more reads; the batch in hand goes on. */
+  private drain(): void {
+    if (this.draining) return;
+    this.draining = true;
     // Breaks a blocked XREAD at once instead of waiting for its timeout.
     this.connection?.disconnect();
+  }
+
+  /** No more reads, and no entry of the batch starts any more; retry waits end early. */
+  private halt(): void {
+    this.drain();
+    this.stop.fire();
   }
 
   private async run(): Promise<void> {
     let cursor = this.committed;
     let next = this.prefetch(cursor);
-    while (!this.stop.stopped) {
+    while (!this.draining) {
       let entries: Array<RawEntry | MalformedEntry>;
       try {
         entries = await next;
       } catch (error) {
-        if (this.stop.stopped) return;
+        if (this.draining) return;
         this.logger.warn(`${this.describe()}: read failed (${(error as Error).message}); retrying`);
         if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
         next = this.prefetch(cursor);
         continue;
       }
-      if (this.stop.stopped) return;
+      if (this.draining) return;
       if (entries.length === 0) {
         next = this.prefetch(cursor);
         continue;
@@ -144,7 +160,7 @@ export class PartitionWorker {
       cursor = batch.lastOffset;
       next = this.prefetch(cursor); // prefetch: the next batch travels while this one is handled
       await batch.run(this.params.options.concurrency);
-      if (this.stop.stopped) return; // the stopper commits the low watermark
+      if (this.draining) return; // the stopper commits the low watermark
       const mark = batch.watermark();
       // The commit travels while the next batch is handled; its verdict is
       // read before the next commit is sent, so a fenced worker stops within a batch.
@@ -194,7 +210,13 @@ export class PartitionWorker {
     const { redis, options, token } = this.params;
     let result: number;
     try {
-      result = await redis.client.eventrailCommitOffset(this.leaseKey(), redis.keys.offset(this.params.group, this.params.partition), token, offset, options.lockTtlMs);
+      result = await redis.client.eventrailCommitOffset(
+        this.leaseKey(),
+        redis.keys.offset(this.params.group, this.params.partition),
+        token,
+        offset,
+        options.lockTtlMs,
+      );
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.

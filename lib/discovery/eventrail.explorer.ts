@@ -62,7 +62,11 @@ export class EventrailExplorer implements OnApplicationBootstrap {
   private add(plans: Map<string, GroupPlan>, wrapper: InstanceWrapper, className: string, d: OnEventDeclaration): void {
     const member = String(d.member);
     if (!wrapper.isDependencyTreeStatic() || wrapper.isTransient) {
-      throw new InvalidHandlerError(className, member, 'the provider is request-scoped or transient; event handlers need a singleton provider');
+      throw new InvalidHandlerError(
+        className,
+        member,
+        'the provider is request-scoped or transient; event handlers need a singleton provider',
+      );
     }
     if (!d.isMethod) throw new InvalidHandlerError(className, member, 'it is not a method');
     const events = Array.isArray(d.events) ? (d.events as unknown[]) : [d.events];

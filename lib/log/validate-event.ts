@@ -22,7 +22,39 @@ export function validateEventName(event: unknown): asserts event is string {
  * no cycles. The error names the path of the first offending value.
  */
 export function validateJsonData(event: string, value: unknown): void {
+  // The fast walk builds no path strings; only a failure walks again to name the path.
+  if (isPlainJson(value, [])) return;
   checkValue(event, value, 'data', []);
+}
+
+function isPlainJson(value: unknown, ancestors: object[]): boolean {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return true;
+    case 'number':
+      return Number.isFinite(value);
+    case 'object':
+      break;
+    default:
+      return false;
+  }
+  if (value === null) return true;
+  if (ancestors.includes(value)) return false;
+  ancestors.push(value);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      if (!(i in value) || !isPlainJson(value[i], ancestors)) return false;
+    }
+  } else {
+    const proto = Object.getPrototypeOf(value) as object | null;
+    if (proto !== Object.prototype && proto !== null) return false;
+    for (const key in value) {
+      if (!isPlainJson((value as Record<string, unknown>)[key], ancestors)) return false;
+    }
+  }
+  ancestors.pop();
+  return true;
 }
 
 function checkValue(event: string, value: unknown, path: string, ancestors: object[]): void {
@@ -48,7 +80,8 @@ function checkValue(event: string, value: unknown, path: string, ancestors: obje
   if (Array.isArray(object)) {
     ancestors.push(object);
     for (let i = 0; i < object.length; i++) {
-      if (!(i in object)) throw new InvalidEventDataError(event, `${path}[${i}]`, 'is a hole in a sparse array, which JSON turns into null');
+      if (!(i in object))
+        throw new InvalidEventDataError(event, `${path}[${i}]`, 'is a hole in a sparse array, which JSON turns into null');
       checkValue(event, object[i], `${path}[${i}]`, ancestors);
     }
     ancestors.pop();

@@ -2,6 +2,7 @@ import { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import { EventrailModule, EventrailPublisher, PublishInput, PublishResult } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { compareStreamIds } from '../../lib/log/stream-id';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { E2E_EVENT, Fleet, Handled, WorkerConfig } from '../support/processes';
@@ -15,6 +16,7 @@ export class E2eWorld {
   readonly prefix: string;
   readonly redis = new Redis(testRedisUrl());
   readonly fleet = new Fleet();
+  readonly keys: EventrailKeys;
   private app?: INestApplicationContext;
 
   constructor(
@@ -23,6 +25,7 @@ export class E2eWorld {
     readonly group = 'workers',
   ) {
     this.prefix = uniquePrefix(name);
+    this.keys = new EventrailKeys(this.prefix, partitions);
   }
 
   async start(): Promise<void> {
@@ -51,24 +54,31 @@ export class E2eWorld {
 
   /** Worker id holding each partition's lease (null when free). */
   async leaseOwners(): Promise<Array<string | null>> {
-    const keys = Array.from({ length: this.partitions }, (_, p) => `{${this.prefix}:${p}}:lease:${this.group}`);
+    const keys = Array.from({ length: this.partitions }, (_, p) => this.keys.lease(this.group, p));
     const values = await this.redis.mget(...keys);
     return values.map((value) => (value === null ? null : value.slice(0, value.lastIndexOf(':'))));
   }
 
   offsetKey(partition: number): string {
-    return `{${this.prefix}:${partition}}:offset:${this.group}`;
+    return this.keys.offset(this.group, partition);
   }
 
-  /** Waits until the leases are held by exactly `workerIds`, `counts[i]` partitions for `workerIds[i]`. */
-  async waitForOwnership(workerIds: readonly string[], counts: readonly number[], timeoutMs = 15_000): Promise<Array<string | null>> {
+  /**
+   * Waits until every partition is leased by one of `workerIds`, and they hold
+   * `counts` partitions between them (in any order: which worker gets the
+   * smaller share is not fixed).
+   */
+  async waitForSplit(workerIds: readonly string[], counts: readonly number[], timeoutMs = 15_000): Promise<Array<string | null>> {
+    const byCount = (x: number, y: number): number => x - y;
+    const wanted = JSON.stringify([...counts].sort(byCount));
     let owners: Array<string | null> = [];
     await waitFor(
       async () => {
         owners = await this.leaseOwners();
-        return workerIds.every((id, i) => owners.filter((o) => o === id).length === counts[i]);
+        const held = workerIds.map((id) => owners.filter((o) => o === id).length).sort(byCount);
+        return owners.every((o) => o !== null && workerIds.includes(o)) && JSON.stringify(held) === wanted;
       },
-      () => `lease owners ${JSON.stringify(owners)} to be ${JSON.stringify(workerIds)} x ${JSON.stringify(counts)}`,
+      () => `lease owners ${JSON.stringify(owners)} to split ${wanted} between ${JSON.stringify(workerIds)}`,
       timeoutMs,
     );
     return owners;
@@ -89,6 +99,39 @@ export class E2eWorld {
       },
       timeoutMs,
     );
+  }
+}
+
+/**
+ * A steady producer: one event per key (next seq) every `everyMs`, until
+ * stopped, so workers come and go while events flow. The pause only paces
+ * the producer; no test waits on it.
+ */
+export class Flow {
+  readonly published: PublishResult[] = [];
+  private running = true;
+  private readonly loop: Promise<void>;
+
+  constructor(
+    private readonly world: E2eWorld,
+    private readonly keys: number,
+    private readonly everyMs: number,
+  ) {
+    this.loop = this.run();
+  }
+
+  /** Stops publishing; resolves with every event published. */
+  async stop(): Promise<PublishResult[]> {
+    this.running = false;
+    await this.loop;
+    return this.published;
+  }
+
+  private async run(): Promise<void> {
+    for (let seq = 1; this.running; seq++) {
+      this.published.push(...(await this.world.publish(keyedEvents(this.keys, 1, seq))));
+      await new Promise((resolve) => setTimeout(resolve, this.everyMs));
+    }
   }
 }
 
@@ -137,18 +180,51 @@ export function orderViolations(handled: readonly Handled[]): string[] {
  * whose clocks are sampled separately.
  */
 export function overlapViolations(handled: readonly Handled[]): string[] {
-  const byKey = new Map<string, Handled[]>();
-  for (const h of handled) byKey.set(h.key ?? '', [...(byKey.get(h.key ?? '') ?? []), h]);
   const violations: string[] = [];
-  for (const [key, list] of byKey) {
+  for (const [key, list] of groupBy(handled, (h) => h.key ?? '')) {
     list.sort((a, b) => a.startedAt - b.startedAt);
     for (let i = 1; i < list.length; i++) {
       const [prev, cur] = [list[i - 1], list[i]];
       const slack = prev.pid === cur.pid ? 0 : 1;
-      if (cur.startedAt + slack < prev.endedAt) violations.push(`${key}: seq ${cur.seq} (pid ${cur.pid}) overlapped seq ${prev.seq} (pid ${prev.pid})`);
+      if (cur.startedAt + slack < prev.endedAt)
+        violations.push(`${key}: seq ${cur.seq} (pid ${cur.pid}) overlapped seq ${prev.seq} (pid ${prev.pid})`);
     }
   }
   return violations;
+}
+
+/**
+ * Per partition, a process never starts a handler while another process is
+ * still running one there: the lease hands a partition over only after its
+ * old owner finished. Not for failover tests (a frozen or dead owner's calls
+ * are not all reported).
+ */
+export function handoverOverlaps(handled: readonly Handled[]): string[] {
+  const violations: string[] = [];
+  for (const [partition, list] of groupBy(handled, (h) => h.partition)) {
+    list.sort((a, b) => a.startedAt - b.startedAt);
+    const lastEnd = new Map<number, Handled>();
+    for (const cur of list) {
+      for (const [pid, prev] of lastEnd) {
+        if (pid !== cur.pid && cur.startedAt + 1 < prev.endedAt) {
+          violations.push(`partition ${partition}: pid ${cur.pid} started ${cur.id} while pid ${pid} still ran ${prev.id}`);
+        }
+      }
+      const prev = lastEnd.get(cur.pid);
+      if (!prev || cur.endedAt > prev.endedAt) lastEnd.set(cur.pid, cur);
+    }
+  }
+  return violations;
+}
+
+function groupBy<K>(handled: readonly Handled[], keyOf: (h: Handled) => K): Map<K, Handled[]> {
+  const groups = new Map<K, Handled[]>();
+  for (const h of handled) {
+    const list = groups.get(keyOf(h));
+    if (list) list.push(h);
+    else groups.set(keyOf(h), [h]);
+  }
+  return groups;
 }
 
 /**

@@ -1,3 +1,4 @@
+import type { PublishResult } from '../../lib';
 import { duplicates, E2eWorld, keyedEvents, orderViolations, overlapViolations } from './harness';
 
 /**
@@ -18,11 +19,11 @@ describe('e2e: per-key ordering across worker processes', () => {
     ]);
     // Publish only once the split is settled: a hand-back during the run may
     // legitimately redeliver (at-least-once), and this test wants exactly once.
-    await world.waitForOwnership([a.workerId, b.workerId], [4, 4]);
+    await world.waitForSplit([a.workerId, b.workerId], [4, 4]);
 
     const keys = 40;
     const perKey = 25;
-    const published = [];
+    const published: PublishResult[] = [];
     // In slices, so publishing and handling interleave.
     for (let from = 1; from <= perKey; from += 5) published.push(...(await world.publish(keyedEvents(keys, 5, from))));
     await world.waitForHandled(published.map((p) => p.id));

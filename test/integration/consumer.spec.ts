@@ -60,7 +60,15 @@ describe('consumer runtime', () => {
   });
   beforeEach(() => {
     prefix = uniquePrefix('cons');
-    Object.assign(record, { handled: [], second: [], failUntilAttempt: new Map(), nonRetryable: new Set(), inFlight: new Map(), overlaps: 0, delayMs: 0 });
+    Object.assign(record, {
+      handled: [],
+      second: [],
+      failUntilAttempt: new Map(),
+      nonRetryable: new Set(),
+      inFlight: new Map(),
+      overlaps: 0,
+      delayMs: 0,
+    });
   });
   afterEach(async () => {
     await Promise.all(apps.map((app) => app.close()));
@@ -74,7 +82,17 @@ describe('consumer runtime', () => {
     const published = await app.get(EventrailPublisher).publish('job.run', { n: 1 }, { key: 'k', headers: { traceparent: 't1' } });
     await waitFor(() => record.handled.length === 1 && record.second.length === 1, 'both methods called');
     const [message] = record.handled;
-    expect(message).toMatchObject({ id: published.id, event: 'job.run', data: { n: 1 }, key: 'k', headers: { traceparent: 't1' }, partition: 0, offset: published.offset, group: 'workers', attempt: 1 });
+    expect(message).toMatchObject({
+      id: published.id,
+      event: 'job.run',
+      data: { n: 1 },
+      key: 'k',
+      headers: { traceparent: 't1' },
+      partition: 0,
+      offset: published.offset,
+      group: 'workers',
+      attempt: 1,
+    });
     expect(message.publishedAt).toBeInstanceOf(Date);
     expect(record.second).toEqual([published.id]);
     await waitFor(async () => (await offsetOf()) === published.offset, 'offset committed');
@@ -106,7 +124,7 @@ describe('consumer runtime', () => {
   });
 
   it('resumes from the committed offset after a restart', async () => {
-    let app = await start();
+    const app = await start();
     const publisher = app.get(EventrailPublisher);
     await publisher.publishMany([1, 2, 3].map((n) => ({ event: 'job.other', data: { n } })));
     await waitFor(() => record.handled.length === 3, 'first three handled');
@@ -115,14 +133,19 @@ describe('consumer runtime', () => {
     await app.close();
     apps = [];
     await redis.xadd(`{${prefix}:0}:log`, '*', 'event', 'job.other', 'data', '{"n":4}');
-    app = await start();
+    await start();
     await waitFor(() => record.handled.length === 4, 'the fourth handled after restart');
     expect(ns()).toEqual([1, 2, 3, 4]);
   });
 
   it('applies initialOffset only when the group has no committed offset', async () => {
     const log = `{${prefix}:0}:log`;
-    for (const [id, n] of [['1000-0', 1], ['2000-0', 2], ['2000-1', 3], ['3000-0', 4]] as const) {
+    for (const [id, n] of [
+      ['1000-0', 1],
+      ['2000-0', 2],
+      ['2000-1', 3],
+      ['3000-0', 4],
+    ] as const) {
       await redis.xadd(log, id, 'event', 'job.other', 'data', JSON.stringify({ n }));
     }
     for (const [initialOffset, expected] of [
@@ -142,7 +165,7 @@ describe('consumer runtime', () => {
     // fromEnd: only what is published after the group first starts.
     await redis.del(`{${prefix}:0}:offset:workers`);
     record.handled = [];
-    let app = await start({ consumer: { initialOffset: { mode: 'fromEnd' } } });
+    const app = await start({ consumer: { initialOffset: { mode: 'fromEnd' } } });
     expect(await offsetOf()).toBe('3000-0');
     await app.get(EventrailPublisher).publish('job.other', { n: 5 });
     await waitFor(() => ns().includes(5), 'new event handled');
@@ -153,7 +176,7 @@ describe('consumer runtime', () => {
     // Once committed, the offset wins over initialOffset.
     record.handled = [];
     await redis.xadd(log, '*', 'event', 'job.other', 'data', '{"n":6}');
-    app = await start({ consumer: { initialOffset: { mode: 'fromStart' } } });
+    await start({ consumer: { initialOffset: { mode: 'fromStart' } } });
     await waitFor(() => ns().includes(6), 'resumed');
     expect(ns()).toEqual([6]);
   });
@@ -163,7 +186,10 @@ describe('consumer runtime', () => {
     const app = await start({ groups: { workers: { concurrency: 8, batchSize: 50 } } });
     const events = Array.from({ length: 200 }, (_, n) => ({ event: 'job.other', data: { n }, key: `key-${n % 10}` }));
     await app.get(EventrailPublisher).publishMany(events);
-    await waitFor(() => record.handled.length === 200, () => `handled ${record.handled.length}`);
+    await waitFor(
+      () => record.handled.length === 200,
+      () => `handled ${record.handled.length}`,
+    );
     expect(record.overlaps).toBe(0);
     for (let k = 0; k < 10; k++) {
       const order = record.handled.filter((m) => m.key === `key-${k}`).map((m) => (m.data as Data).n);

@@ -59,7 +59,10 @@ describe('fan-out to groups', () => {
     const refunded = await publisher.publish('payment.refunded', { n: -1 }, { key: 'k1' });
     const all = [...completed.map((r) => r.id), refunded.id];
 
-    await waitFor(() => seen.mailer.length >= 300 && seen.ledger.length >= 301 && seen.audit.length >= 301, () => JSON.stringify({ m: seen.mailer.length, l: seen.ledger.length, a: seen.audit.length }));
+    await waitFor(
+      () => seen.mailer.length >= 300 && seen.ledger.length >= 301 && seen.audit.length >= 301,
+      () => JSON.stringify({ m: seen.mailer.length, l: seen.ledger.length, a: seen.audit.length }),
+    );
     expect([...seen.mailer].sort()).toEqual(completed.map((r) => r.id).sort());
     expect([...seen.ledger].sort()).toEqual([...all].sort());
     expect([...seen.audit].sort()).toEqual([...all].sort());

@@ -37,13 +37,23 @@ describe('EventrailPublisher', () => {
   });
 
   it('appends one entry in the documented wire format and returns its position', async () => {
-    const result = await publisher.publish('order.created', { total: 12.5, items: ['a'] }, { key: 'order-7', headers: { traceparent: 'tp' } });
+    const result = await publisher.publish(
+      'order.created',
+      { total: 12.5, items: ['a'] },
+      { key: 'order-7', headers: { traceparent: 'tp' } },
+    );
     expect(result.partition).toBe(partitionForKey('order-7', 4));
     expect(result.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
     const [[offset, fields]] = await redis.xrange(`{${prefix}:${result.partition}}:log`, result.offset, result.offset);
     expect(offset).toBe(result.offset);
     const map = Object.fromEntries(fields.reduce<string[][]>((pairs, v, i) => (i % 2 ? pairs : [...pairs, [v, fields[i + 1]]]), []));
-    expect(map).toMatchObject({ id: result.id, event: 'order.created', key: 'order-7', data: '{"total":12.5,"items":["a"]}', headers: '{"traceparent":"tp"}' });
+    expect(map).toMatchObject({
+      id: result.id,
+      event: 'order.created',
+      key: 'order-7',
+      data: '{"total":12.5,"items":["a"]}',
+      headers: '{"traceparent":"tp"}',
+    });
     expect(Number(map.time)).toBeGreaterThan(Date.now() - 60_000);
   });
 
@@ -83,8 +93,22 @@ describe('EventrailPublisher', () => {
       ['a numeric header', () => publisher.publish('e', {}, { headers: { n: 1 as never } }), InvalidHeadersError, 'header "n"'],
       ['an empty key', () => publisher.publish('e', {}, { key: '' }), InvalidPublishOptionsError, 'option key'],
       ['a partition out of range', () => publisher.publish('e', {}, { partition: 4 }), InvalidPublishOptionsError, 'from 0 to 3'],
-      ['a partition with a key', () => publisher.publish('e', {}, { partition: 1, key: 'k' }), InvalidPublishOptionsError, 'cannot be combined'],
-      ['a batch with one bad event', () => publisher.publishMany([{ event: 'ok', data: 1 }, { event: 'bad', data: { d: new Date() } }]), InvalidEventDataError, 'data.d'],
+      [
+        'a partition with a key',
+        () => publisher.publish('e', {}, { partition: 1, key: 'k' }),
+        InvalidPublishOptionsError,
+        'cannot be combined',
+      ],
+      [
+        'a batch with one bad event',
+        () =>
+          publisher.publishMany([
+            { event: 'ok', data: 1 },
+            { event: 'bad', data: { d: new Date() } },
+          ]),
+        InvalidEventDataError,
+        'data.d',
+      ],
     ])('%s', async (_, call, type, message) => {
       const before = await logLength();
       const error = await call().then(

@@ -10,7 +10,8 @@ describe('lease and commit scripts', () => {
   let client: EventrailClient;
   const acquire = (worker: string, ttl = 60_000): Promise<[string, string] | null> =>
     client.eventrailAcquireLease(keys.lease('g', 0), keys.epoch('g', 0), keys.offset('g', 0), keys.stream(0), worker, ttl, 'start', '');
-  const commit = (token: string, id: string): Promise<number> => client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), token, id, 60_000);
+  const commit = (token: string, id: string): Promise<number> =>
+    client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), token, id, 60_000);
   const offset = (): Promise<string | null> => redis.get(keys.offset('g', 0));
 
   beforeAll(() => {

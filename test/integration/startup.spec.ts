@@ -49,7 +49,9 @@ describe('startup and outages', () => {
 
   it('fails invalid options at forRoot and at forRootAsync, naming the option', async () => {
     expect(() => EventrailModule.forRoot({ partitions: -1 })).toThrow(InvalidOptionError);
-    const error = await initError([EventrailModule.forRootAsync({ useFactory: () => ({ redis: testRedisUrl(), consumer: { batchSize: 0 } }) })]);
+    const error = await initError([
+      EventrailModule.forRootAsync({ useFactory: () => ({ redis: testRedisUrl(), consumer: { batchSize: 0 } }) }),
+    ]);
     expect(error).toBeInstanceOf(InvalidOptionError);
     expect((error as Error).message).toContain('consumer.batchSize');
   });
@@ -63,7 +65,13 @@ describe('startup and outages', () => {
     @Module({ providers: [Config], exports: [Config] })
     class ConfigModule {}
     const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRootAsync({ imports: [ConfigModule], inject: [Config], useFactory: (config: Config) => ({ redis: config.url, prefix: asyncPrefix }) })],
+      imports: [
+        EventrailModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [Config],
+          useFactory: (config: Config) => ({ redis: config.url, prefix: asyncPrefix }),
+        }),
+      ],
     }).compile();
     const app = await moduleRef.init();
     const result = await app.get(EventrailPublisher).publish('async.works', {});

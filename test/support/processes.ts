@@ -1,5 +1,6 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import type { ConsumerOptions } from '../../lib';
 
 /** Event type every e2e worker handles; its data is `{ seq }`. */
@@ -42,7 +43,7 @@ export type WorkerMessage =
   | ({ type: 'handled' } & Handled)
   | { type: 'ownership'; partitions: number[] };
 
-export type WorkerCommand = { cmd: 'ownership' } | { cmd: 'open' } | { cmd: 'close' };
+export type WorkerCommand = { cmd: 'ownership' } | { cmd: 'open' };
 
 export interface Exit {
   code: number | null;
@@ -81,19 +82,22 @@ export class WorkerProcess {
         resolve(this.exit);
       }),
     );
+    // Whole lines, so a log message is never split where a chunk ends.
     for (const stream of [child.stdout, child.stderr]) {
-      stream?.setEncoding('utf8');
-      stream?.on('data', (chunk: string) => this.output.push(...chunk.split('\n').filter(Boolean)));
+      if (stream) createInterface({ input: stream }).on('line', (line) => this.output.push(line));
     }
     child.on('message', (message: WorkerMessage) => this.receive(message));
     let timer: NodeJS.Timeout | undefined;
     this.readyPromise = new Promise<void>((resolve, reject) => {
       this.onReady = resolve;
-      timer = setTimeout(() => reject(new Error(`worker ${config.name} not ready after ${READY_TIMEOUT_MS} ms: ${this.describe()}`)), READY_TIMEOUT_MS);
+      timer = setTimeout(
+        () => reject(new Error(`worker ${config.name} not ready after ${READY_TIMEOUT_MS} ms: ${this.describe()}`)),
+        READY_TIMEOUT_MS,
+      );
       void this.exited.then(() => reject(new Error(`worker ${config.name} exited before ready: ${this.describe()}`)));
     });
     // Never an unhandled rejection when nobody waits for ready (a worker killed early).
-    this.readyPromise.catch(() => undefined).finally(() => clearTimeout(timer));
+    void this.readyPromise.catch(() => undefined).finally(() => clearTimeout(timer));
   }
 
   get pid(): number {
@@ -117,9 +121,13 @@ export class WorkerProcess {
     this.child.send(command);
   }
 
-  /** Partitions the worker's consumer says it works right now. */
+  /** Partitions the worker's consumer says it works right now; rejects if the worker is gone. */
   ownership(): Promise<number[]> {
-    const answer = new Promise<number[]>((resolve) => this.ownershipWaiters.push(resolve));
+    if (this.exit) return Promise.reject(new Error(`worker ${this.config.name} has exited: ${this.describe()}`));
+    const answer = new Promise<number[]>((resolve, reject) => {
+      this.ownershipWaiters.push(resolve);
+      void this.exited.then(() => reject(new Error(`worker ${this.config.name} exited before answering: ${this.describe()}`)));
+    });
     this.send({ cmd: 'ownership' });
     return answer;
   }
@@ -182,10 +190,6 @@ export class Fleet {
     const workers = configs.map((c) => this.launch(c));
     await Promise.all(workers.map((w) => w.ready()));
     return workers;
-  }
-
-  byWorkerId(workerId: string): WorkerProcess | undefined {
-    return this.workers.find((w) => w.workerId === workerId);
   }
 
   /** Event ids handled (finished) at least once, by any worker. */

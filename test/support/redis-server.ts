@@ -60,7 +60,8 @@ export async function waitUntilAnswers(url: string, timeoutMs: number): Promise<
       await client.ping();
       return;
     } catch (error) {
-      if (Date.now() > deadline) throw new Error(`redis-server at ${url} did not answer within ${timeoutMs} ms: ${(error as Error).message}`);
+      if (Date.now() > deadline)
+        throw new Error(`redis-server at ${url} did not answer within ${timeoutMs} ms: ${(error as Error).message}`, { cause: error });
     } finally {
       client.disconnect();
     }

@@ -82,9 +82,6 @@ async function main(): Promise<void> {
       case 'open':
         openGate();
         return;
-      case 'close':
-        void app.close().then(() => process.exit(0));
-        return;
     }
   });
   // The test runner is gone: do not linger as an orphan.

@@ -22,7 +22,11 @@ describe('resolveModuleOptions', () => {
     ['a bad group option', { groups: { mailer: { lockTtlMs: 10 } } }, 'option groups.mailer.lockTtlMs: got 10'],
     ['a bad initial offset mode', { consumer: { initialOffset: { mode: 'latest' } } }, 'option consumer.initialOffset.mode: got "latest"'],
     ['a bad initial offset id', { consumer: { initialOffset: { mode: 'fromId', id: 'abc' } } }, 'option consumer.initialOffset.id'],
-    ['an invalid date', { consumer: { initialOffset: { mode: 'fromTime', time: new Date('nope') } } }, 'option consumer.initialOffset.time'],
+    [
+      'an invalid date',
+      { consumer: { initialOffset: { mode: 'fromTime', time: new Date('nope') } } },
+      'option consumer.initialOffset.time',
+    ],
     ['autoStart as a string', { autoStart: 'yes' }, 'option autoStart: got "yes", expected true or false'],
   ])('refuses %s, naming the option', (_, options, message) => {
     expect(() => resolveModuleOptions(options as never, {})).toThrow(InvalidOptionError);

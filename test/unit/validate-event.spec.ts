@@ -42,6 +42,7 @@ describe('validateJsonData', () => {
     ['a Date', { when: new Date() }, 'data.when is an instance of Date'],
     ['a Map', { m: new Map() }, 'data.m is an instance of Map'],
     ['a class instance', { money: new Money() }, 'data.money is an instance of Money'],
+    // eslint-disable-next-line no-sparse-arrays
     ['a sparse array', { list: [1, , 3] }, 'data.list[1] is a hole'],
     ['an odd key', { 'a b': undefined }, 'data["a b"] is undefined'],
   ])('refuses %s and names the path', (_, value, message) => {
