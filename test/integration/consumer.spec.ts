@@ -1,6 +1,6 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
-import { EventrailMessage, EventrailModuleOptions, EventrailPublisher, NonRetryableError, OnEvent } from '../../lib';
+import { EventrailConsumers, EventrailMessage, EventrailModuleOptions, EventrailPublisher, NonRetryableError, OnEvent } from '../../lib';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -195,6 +195,19 @@ describe('consumer runtime', () => {
       const order = record.handled.filter((m) => m.key === `key-${k}`).map((m) => (m.data as Data).n);
       expect(order).toEqual([...order].sort((a, b) => a - b));
     }
+  });
+
+  it('with autoStart: false consumes nothing until EventrailConsumers.start()', async () => {
+    const app = await start({ autoStart: false });
+    const consumers = app.get(EventrailConsumers);
+    const published = await app.get(EventrailPublisher).publish('job.other', { n: 1 });
+    expect(consumers.isRunning).toBe(false);
+    expect(await redis.zcard(`${prefix}:group:workers:members`)).toBe(0);
+    expect(await offsetOf()).toBeNull();
+    await consumers.start();
+    expect(consumers.ownership()).toEqual({ workers: [0] });
+    await waitFor(async () => (await offsetOf()) === published.offset, 'handled after start');
+    expect(ns()).toEqual([1]);
   });
 
   it('never lets a malformed entry stop the group', async () => {
