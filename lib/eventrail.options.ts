@@ -14,8 +14,8 @@ export interface ConsumerOptions {
    */
   concurrency?: number;
   /**
-   * Entries read from a partition per round trip.
-   * @default 100
+   * Entries read from a partition per round trip, and handled between two commits.
+   * @default 200
    */
   batchSize?: number;
   /**
@@ -129,7 +129,7 @@ export interface ResolvedEventrailOptions {
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   concurrency: 1,
-  batchSize: 100,
+  batchSize: 200,
   lockTtlMs: 30_000,
   heartbeatTtlMs: 30_000,
   shutdownTimeoutMs: 10_000,
