@@ -1,5 +1,6 @@
 import { DynamicModule, Module, Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { EventrailAdmin } from './admin/eventrail-admin';
 import { EventrailConsumers } from './consumer/eventrail-consumers';
 import { EventrailExplorer } from './discovery/eventrail.explorer';
 import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS } from './eventrail.constants';
@@ -13,8 +14,15 @@ const resolvedOptionsProvider: Provider = {
   useFactory: (raw: EventrailModuleOptions) => resolveModuleOptions(raw),
 };
 
-const providers: Provider[] = [resolvedOptionsProvider, EventrailRedis, EventrailPublisher, EventrailConsumers, EventrailExplorer];
-const exported = [EventrailPublisher, EventrailConsumers, EVENTRAIL_OPTIONS];
+const providers: Provider[] = [
+  resolvedOptionsProvider,
+  EventrailRedis,
+  EventrailPublisher,
+  EventrailConsumers,
+  EventrailAdmin,
+  EventrailExplorer,
+];
+const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS];
 
 /**
  * A durable, partitioned event log on Redis Streams. Global by default, so

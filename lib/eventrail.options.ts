@@ -55,6 +55,29 @@ export interface ConsumerOptions {
    * @default 30000
    */
   retryBackoffMaxMs?: number;
+  /**
+   * Deliveries of one entry by workers that then died (a message that crashes the process) before it is
+   * dead-lettered unhandled. Counted only when a worker takes over a partition whose lease expired.
+   * @default 10
+   */
+  maxDeliveries?: number;
+  /**
+   * A handler that has not settled after this long counts as a failed attempt (`HandlerTimeoutError`).
+   * It is not cancelled. 0 turns the timeout off.
+   * @default 0
+   */
+  handlerTimeoutMs?: number;
+  /**
+   * Record every handled event id with the offset commit, and skip an event whose id is already recorded
+   * (a redelivery after a crash, or the same event published twice).
+   * @default false
+   */
+  enableIdempotency?: boolean;
+  /**
+   * How long an idempotency record is kept.
+   * @default 86400000 (24 h)
+   */
+  idempotencyTtlMs?: number;
 }
 
 export type ResolvedConsumerOptions = Required<ConsumerOptions>;
@@ -92,6 +115,12 @@ export interface EventrailModuleOptions {
    */
   maxPayloadBytes?: number;
   /**
+   * Producer dedup: a publish with an explicit `id` appends once per id (and partition) within this window,
+   * however often it is called; later calls return the first append's offset. 0 turns dedup off.
+   * @default 0
+   */
+  dedupWindowMs?: number;
+  /**
    * How long startup waits for Redis before failing with `RedisUnavailableError`.
    * @default 10000
    */
@@ -123,6 +152,7 @@ export interface ResolvedEventrailOptions {
   groups: Record<string, ConsumerOptions>;
   autoStart: boolean;
   maxPayloadBytes: number;
+  dedupWindowMs: number;
   startupTimeoutMs: number;
   allowDegradedStart: boolean;
 }
@@ -137,6 +167,10 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   maxRetries: 5,
   retryBackoffMs: 1_000,
   retryBackoffMaxMs: 30_000,
+  maxDeliveries: 10,
+  handlerTimeoutMs: 0,
+  enableIdempotency: false,
+  idempotencyTtlMs: 86_400_000,
 });
 
 const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
@@ -174,6 +208,8 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
   }
   const maxPayloadBytes = options.maxPayloadBytes ?? 1024 * 1024;
   checkInteger('maxPayloadBytes', maxPayloadBytes, 1, 512 * 1024 * 1024);
+  const dedupWindowMs = options.dedupWindowMs ?? 0;
+  checkInteger('dedupWindowMs', dedupWindowMs, 0, 30 * 86_400_000);
   const startupTimeoutMs = options.startupTimeoutMs ?? 10_000;
   checkInteger('startupTimeoutMs', startupTimeoutMs, 1, 3_600_000);
 
@@ -185,6 +221,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     groups,
     autoStart: checkBoolean('autoStart', options.autoStart ?? true),
     maxPayloadBytes,
+    dedupWindowMs,
     startupTimeoutMs,
     allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? false),
   };
@@ -223,6 +260,10 @@ export function resolveConsumerOptions(
   checkInteger(`${path}.maxRetries`, merged.maxRetries, 0, 1_000);
   checkInteger(`${path}.retryBackoffMs`, merged.retryBackoffMs, 0, 3_600_000);
   checkInteger(`${path}.retryBackoffMaxMs`, merged.retryBackoffMaxMs, 0, 86_400_000);
+  checkInteger(`${path}.maxDeliveries`, merged.maxDeliveries, 1, 1_000);
+  checkInteger(`${path}.handlerTimeoutMs`, merged.handlerTimeoutMs, 0, 86_400_000);
+  checkBoolean(`${path}.enableIdempotency`, merged.enableIdempotency);
+  checkInteger(`${path}.idempotencyTtlMs`, merged.idempotencyTtlMs, 1_000, 365 * 86_400_000);
   validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
   return merged;
 }

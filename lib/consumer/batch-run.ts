@@ -1,10 +1,25 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed, MalformedEntry, RawEntry } from '../log/codec';
-import type { MessageProcessor } from './message-processor';
+import type { GroupStats } from './group-stats';
+import { HANDLED, MessageProcessor, Outcome } from './message-processor';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 
 type Entry = RawEntry | MalformedEntry;
+
+export interface BatchContext {
+  partition: number;
+  processor: MessageProcessor;
+  semaphore: Semaphore;
+  stop: StopSignal;
+  stats: GroupStats;
+  /**
+   * With idempotency on: ids already recorded as done (checked once per batch).
+   * Entries with these ids, or with the id of an entry handled earlier in this
+   * batch, are skipped; handled ids are collected for the done-marks.
+   */
+  alreadyDone?: Set<string>;
+}
 
 /**
  * Handles one fetched batch of a partition. Entries with the same key (and all
@@ -17,13 +32,12 @@ export class BatchRun {
   private static readonly logger = new Logger(BatchRun.name);
   private readonly done: Uint8Array;
   private firstPending = 0;
+  /** Event ids handled in this batch, for the idempotency done-marks. */
+  readonly handledIds: string[] = [];
 
   constructor(
     readonly entries: readonly Entry[],
-    private readonly partition: number,
-    private readonly processor: MessageProcessor,
-    private readonly semaphore: Semaphore,
-    private readonly stop: StopSignal,
+    private readonly context: BatchContext,
   ) {
     this.done = new Uint8Array(entries.length);
   }
@@ -48,27 +62,28 @@ export class BatchRun {
   }
 
   private async runInOrder(): Promise<void> {
-    const { entries, processor, semaphore, stop, done, partition } = this;
+    const { entries, done } = this;
+    const { processor, semaphore, stop, partition } = this.context;
     for (let i = 0; i < entries.length; i++) {
       if (!processor.wants(entries[i])) {
         done[i] = 1;
         continue;
       }
+      if (this.isDuplicate(i)) continue;
       // Inlined runOne: this loop is the drain hot path, one frame per entry less.
       if (!semaphore.tryAcquire()) await semaphore.acquire();
-      let ok: boolean;
+      let outcome: Outcome;
       try {
         if (stop.stopped) return;
         const result = processor.process(entries[i], partition, stop);
-        ok = typeof result === 'boolean' ? result : await result;
+        outcome = typeof result === 'number' ? result : await result;
       } catch (error) {
         this.reportFailure(i, error);
         return;
       } finally {
         semaphore.release();
       }
-      if (!ok) return;
-      done[i] = 1;
+      if (!this.settle(i, outcome)) return;
     }
   }
 
@@ -77,7 +92,7 @@ export class BatchRun {
     const tasks: Array<Promise<boolean>> = [];
     for (let i = 0; i < this.entries.length; i++) {
       const entry = this.entries[i];
-      if (!this.processor.wants(entry)) {
+      if (!this.context.processor.wants(entry)) {
         this.done[i] = 1;
         continue;
       }
@@ -93,25 +108,53 @@ export class BatchRun {
     await Promise.all(tasks);
   }
 
-  private reportFailure(index: number, error: unknown): void {
-    BatchRun.logger.error(
-      `Could not finish entry ${this.entries[index].offset} of partition ${this.partition}: ${(error as Error).message}`,
-      (error as Error).stack,
-    );
-  }
-
   private async runOne(index: number): Promise<boolean> {
-    if (!this.semaphore.tryAcquire()) await this.semaphore.acquire();
+    if (this.isDuplicate(index)) return true;
+    const { processor, semaphore, stop, partition } = this.context;
+    if (!semaphore.tryAcquire()) await semaphore.acquire();
     try {
-      if (this.stop.stopped) return false;
-      const ok = await this.processor.process(this.entries[index], this.partition, this.stop);
-      if (ok) this.done[index] = 1;
-      return ok;
+      if (stop.stopped) return false;
+      return this.settle(index, await processor.process(this.entries[index], partition, stop));
     } catch (error) {
       this.reportFailure(index, error);
       return false;
     } finally {
-      this.semaphore.release();
+      semaphore.release();
     }
+  }
+
+  /** Records an outcome; false when the entry is not done (the run stops there). */
+  private settle(index: number, outcome: Outcome): boolean {
+    if (!outcome) return false;
+    this.done[index] = 1;
+    const { stats, alreadyDone } = this.context;
+    if (outcome === HANDLED) {
+      stats.handled++;
+      if (alreadyDone) {
+        const id = (this.entries[index] as RawEntry).id;
+        this.handledIds.push(id);
+        alreadyDone.add(id);
+      }
+    } else {
+      stats.deadLettered++;
+    }
+    return true;
+  }
+
+  /** With idempotency on, an entry whose event id is already done is skipped without a call. */
+  private isDuplicate(index: number): boolean {
+    const { alreadyDone, stats } = this.context;
+    const entry = this.entries[index];
+    if (!alreadyDone || isMalformed(entry) || !alreadyDone.has(entry.id)) return false;
+    this.done[index] = 1;
+    stats.skippedDuplicates++;
+    return true;
+  }
+
+  private reportFailure(index: number, error: unknown): void {
+    BatchRun.logger.error(
+      `Could not finish entry ${this.entries[index].offset} of partition ${this.context.partition}: ${(error as Error).message}`,
+      (error as Error).stack,
+    );
   }
 }

@@ -6,7 +6,8 @@ import { resolveConsumerOptions, ResolvedConsumerOptions, ResolvedEventrailOptio
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { GroupConsumer, WorkerIdentity } from './group-consumer';
 import type { HandlerMap } from './handler-binding';
-import { LogAndSkipSink } from './log-and-skip.sink';
+import { DeadLetterSink } from './dead-letter.sink';
+import type { GroupStats } from './group-stats';
 import { RebalanceSignal } from './rebalance-signal';
 
 /**
@@ -43,7 +44,7 @@ export class EventrailConsumers implements OnModuleDestroy {
     for (const { path, options: decoratorOptions } of declared) {
       options = resolveConsumerOptions(path, decoratorOptions, options);
     }
-    const sink = new LogAndSkipSink();
+    const sink = new DeadLetterSink(this.redis, this.identity.id);
     const announce = (name: string): Promise<void> => this.signal.announce(name);
     this.groups.set(group, new GroupConsumer(group, handlers, options, this.redis, this.identity, sink, announce));
   }
@@ -55,6 +56,11 @@ export class EventrailConsumers implements OnModuleDestroy {
   /** Partitions each group works in this process right now. */
   ownership(): Record<string, number[]> {
     return Object.fromEntries([...this.groups].map(([name, group]) => [name, group.ownedPartitions()]));
+  }
+
+  /** Counters per group since this process joined it: handled, dead-lettered, skipped as duplicates. */
+  stats(): Record<string, GroupStats> {
+    return Object.fromEntries([...this.groups].map(([name, group]) => [name, { ...group.stats }]));
   }
 
   get isRunning(): boolean {

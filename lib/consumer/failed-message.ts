@@ -1,21 +1,21 @@
 import type { MalformedEntry, RawEntry } from '../log/codec';
 
-/** A message the group gives up on: its handlers kept failing, failed for good, or it could not be decoded. */
+/** Why a message was given up and dead-lettered. */
+export type GiveUpReason = 'retries-exhausted' | 'non-retryable' | 'malformed' | 'max-deliveries';
+
+/** A message the group gives up on: its handlers kept failing, failed for good, crashed the process too often, or it could not be decoded. */
 export interface FailedMessage {
   group: string;
   partition: number;
   entry: RawEntry | MalformedEntry;
-  reason: 'retries-exhausted' | 'non-retryable' | 'malformed';
+  reason: GiveUpReason;
   error: unknown;
   attempts: number;
   firstFailedAt: Date;
   lastFailedAt: Date;
 }
 
-/**
- * Where given-up messages go before the offset moves past them. The seam for
- * the dead-letter stream; until it exists they are logged and skipped.
- */
+/** Where given-up messages go before the offset moves past them. Throws when it could not keep the message. */
 export interface FailedMessageSink {
   accept(failed: FailedMessage): Promise<void>;
 }

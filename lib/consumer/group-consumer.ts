@@ -3,6 +3,7 @@ import type { InitialOffset, ResolvedConsumerOptions } from '../eventrail.option
 import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { eventrailPipeline } from '../scripts/scripts';
+import { newGroupStats } from './group-stats';
 import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './handler-binding';
 import { MessageProcessor } from './message-processor';
@@ -26,6 +27,8 @@ export class GroupConsumer {
   private readonly workers = new Map<number, PartitionWorker>();
   private readonly processor: MessageProcessor;
   private readonly semaphore: Semaphore;
+  /** Counters since this process joined the group. */
+  readonly stats = newGroupStats();
   private members: string[] = [];
   private timer?: NodeJS.Timeout;
   private running = false;
@@ -189,6 +192,7 @@ export class GroupConsumer {
         keys.epoch(this.name, p),
         keys.offset(this.name, p),
         keys.stream(p),
+        keys.recovery(this.name, p),
         this.worker.id,
         this.options.lockTtlMs,
         mode,
@@ -200,10 +204,13 @@ export class GroupConsumer {
     partitions.forEach((partition, i) => {
       const [error, reply] = replies[i] ?? [];
       if (error || !reply) return;
-      const [token, committed] = reply as [string, string];
+      const [token, committed, deliveries] = reply as [string, string, number];
       if (!this.running) {
         // Stopped while the acquire was in flight: give the lease straight back.
-        void client.eventrailReleaseLease(keys.lease(this.name, partition), token).catch(() => undefined);
+        const epoch = token.slice(token.lastIndexOf(':') + 1);
+        void client
+          .eventrailReleaseLease(keys.lease(this.name, partition), keys.recovery(this.name, partition), token, epoch)
+          .catch(() => undefined);
         return;
       }
       const worker = new PartitionWorker({
@@ -211,6 +218,8 @@ export class GroupConsumer {
         partition,
         token,
         committed,
+        deliveries,
+        stats: this.stats,
         redis: this.redis,
         processor: this.processor,
         semaphore: this.semaphore,
@@ -219,7 +228,8 @@ export class GroupConsumer {
       this.workers.set(partition, worker);
       worker.start((ended) => this.onWorkerEnd(ended));
       acquired++;
-      this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}`);
+      const recovering = deliveries > 0 ? ` after a worker died (delivery ${deliveries} of the next entry)` : '';
+      this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}${recovering}`);
     });
     return acquired;
   }

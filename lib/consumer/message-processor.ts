@@ -1,18 +1,26 @@
 import { Logger } from '@nestjs/common';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
+import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { NonRetryableError } from '../errors/non-retryable.error';
 import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { retryDelayMs } from './backoff';
-import type { FailedMessageSink } from './failed-message';
+import type { FailedMessageSink, GiveUpReason } from './failed-message';
 import type { HandlerBinding, HandlerMap } from './handler-binding';
 import type { StopSignal } from './stop-signal';
 
+/** How an entry ended: not done (a stop cut its retries short), handled, or given up (dead-lettered). */
+export const ABANDONED = 0;
+export const HANDLED = 1;
+export const GIVEN_UP = 2;
+export type Outcome = typeof ABANDONED | typeof HANDLED | typeof GIVEN_UP;
+
+type Payload = ReturnType<typeof decodePayload>;
+
 /**
- * Runs one entry through every handler the group has for its event type, and
- * retries the failed ones in place with backoff. Returns true when the entry is
- * done (handled, skipped or given up), false when a stop interrupted its retries
- * (then it is not done, and the next owner delivers it again).
+ * Runs one entry through every handler the group has for its event type,
+ * retries the failed ones in place with backoff, and hands what cannot be
+ * handled to the dead-letter sink.
  */
 export class MessageProcessor {
   private readonly logger = new Logger(MessageProcessor.name);
@@ -24,28 +32,28 @@ export class MessageProcessor {
     private readonly sink: FailedMessageSink,
   ) {}
 
-  /** True when the group has a handler for this entry; other entries are done without a call. */
+  /** True when the group handles this entry; other entries are done without a call. */
   wants(entry: RawEntry | MalformedEntry): boolean {
-    return isMalformed(entry) || this.handlers.has(entry.event);
+    if (isMalformed(entry)) return true;
+    return (entry.to === undefined || entry.to === this.group) && this.handlers.has(entry.event);
   }
 
   /**
    * The first attempt runs without an extra async frame: a synchronous handler
-   * costs no promise at all, an async one exactly its own. Failures and
-   * several handlers per event take the general path.
+   * costs no promise at all, an async one exactly its own. Failures, timeouts
+   * and several handlers per event take the general path.
    */
-  process(entry: RawEntry | MalformedEntry, partition: number, stop: StopSignal): boolean | Promise<boolean> {
-    if (isMalformed(entry))
-      return this.giveUp(entry, partition, 'malformed', new DecodeError(entry.reason), 0, new Date()).then(() => true);
+  process(entry: RawEntry | MalformedEntry, partition: number, stop: StopSignal): Outcome | Promise<Outcome> {
+    if (isMalformed(entry)) return this.giveUp(entry, partition, 'malformed', new DecodeError(entry.reason), 0, new Date());
     const handlers = this.handlers.get(entry.event);
-    if (!handlers) return true;
+    if (!handlers) return HANDLED;
     let payload: Payload;
     try {
       payload = decodePayload(entry);
     } catch (error) {
-      return this.giveUp(entry, partition, 'malformed', error, 0, new Date()).then(() => true);
+      return this.giveUp(entry, partition, 'malformed', error, 0, new Date());
     }
-    if (handlers.length !== 1) return this.attempt(entry, payload, handlers, partition, stop);
+    if (handlers.length !== 1 || this.options.handlerTimeoutMs > 0) return this.attempt(entry, payload, handlers, partition, stop);
     const handler = handlers[0];
     let result: unknown;
     try {
@@ -53,11 +61,20 @@ export class MessageProcessor {
     } catch (error) {
       return this.afterFailure(entry, payload, [handler], partition, stop, error, 1);
     }
-    if (!isThenable(result)) return true;
+    if (!isThenable(result)) return HANDLED;
     return Promise.resolve(result).then(
-      () => true,
+      () => HANDLED,
       (error: unknown) => this.afterFailure(entry, payload, [handler], partition, stop, error, 1),
     );
+  }
+
+  /** Dead-letters the entry after the committed offset without handling it: it crashed the process `deliveries` times. */
+  giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<Outcome> {
+    const error = new Error(
+      `delivered ${deliveries} times to workers that died before finishing it (maxDeliveries ${this.options.maxDeliveries})`,
+    );
+    error.name = 'CrashLoopError';
+    return this.giveUp(entry, partition, 'max-deliveries', error, deliveries, new Date());
   }
 
   /** Runs `handlers` for attempt `attempt` and onwards, until they all succeed or the message is given up. */
@@ -69,9 +86,9 @@ export class MessageProcessor {
     stop: StopSignal,
     attempt = 1,
     firstFailedAt?: Date,
-  ): Promise<boolean> {
+  ): Promise<Outcome> {
     const { failed, error } = await this.runHandlers(handlers, this.message(entry, payload, partition, attempt));
-    if (failed.length === 0) return true;
+    if (failed.length === 0) return HANDLED;
     return this.afterFailure(entry, payload, failed, partition, stop, error, attempt, firstFailedAt);
   }
 
@@ -85,24 +102,54 @@ export class MessageProcessor {
     error: unknown,
     attempt: number,
     firstFailedAt = new Date(),
-  ): Promise<boolean> {
+  ): Promise<Outcome> {
     const now = new Date();
-    if (error instanceof NonRetryableError) {
-      await this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
-      return true;
-    }
-    if (attempt > this.options.maxRetries) {
-      await this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
-      return true;
-    }
+    if (error instanceof NonRetryableError) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
+    if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
     const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
     this.logger.warn(
       `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
         `retrying in ${delay} ms: ${describe(error)}`,
     );
-    if (await stop.sleep(delay)) return false;
+    if (await stop.sleep(delay)) return ABANDONED;
     // Only the handlers that failed run again: the others already did their work.
     return this.attempt(entry, payload, failed, partition, stop, attempt + 1, firstFailedAt);
+  }
+
+  private async runHandlers(
+    handlers: readonly HandlerBinding[],
+    message: EventrailMessage,
+  ): Promise<{ failed: HandlerBinding[]; error: unknown }> {
+    const failed: HandlerBinding[] = [];
+    let error: unknown;
+    for (const handler of handlers) {
+      try {
+        await this.call(handler, message);
+      } catch (caught) {
+        failed.push(handler);
+        error = caught;
+        this.logger.debug(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`);
+      }
+    }
+    return { failed, error };
+  }
+
+  /** Calls a handler, failing the attempt with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
+  private async call(handler: HandlerBinding, message: EventrailMessage): Promise<void> {
+    const timeoutMs = this.options.handlerTimeoutMs;
+    if (timeoutMs <= 0) {
+      await handler.call(message);
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new HandlerTimeoutError(handler.name, timeoutMs)), timeoutMs);
+    });
+    try {
+      await Promise.race([Promise.resolve().then(() => handler.call(message)), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
@@ -120,38 +167,19 @@ export class MessageProcessor {
     };
   }
 
-  private async runHandlers(
-    handlers: readonly HandlerBinding[],
-    message: EventrailMessage,
-  ): Promise<{ failed: HandlerBinding[]; error: unknown }> {
-    const failed: HandlerBinding[] = [];
-    let error: unknown;
-    for (const handler of handlers) {
-      try {
-        await handler.call(message);
-      } catch (caught) {
-        failed.push(handler);
-        error = caught;
-        this.logger.debug(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`);
-      }
-    }
-    return { failed, error };
-  }
-
-  private giveUp(
+  private async giveUp(
     entry: RawEntry | MalformedEntry,
     partition: number,
-    reason: 'retries-exhausted' | 'non-retryable' | 'malformed',
+    reason: GiveUpReason,
     error: unknown,
     attempts: number,
     firstFailedAt: Date,
     lastFailedAt = firstFailedAt,
-  ): Promise<void> {
-    return this.sink.accept({ group: this.group, partition, entry, reason, error, attempts, firstFailedAt, lastFailedAt });
+  ): Promise<Outcome> {
+    await this.sink.accept({ group: this.group, partition, entry, reason, error, attempts, firstFailedAt, lastFailedAt });
+    return GIVEN_UP;
   }
 }
-
-type Payload = ReturnType<typeof decodePayload>;
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';

@@ -1,10 +1,11 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
-import { MalformedEntry, RawEntry, readEntry } from '../log/codec';
+import { isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { BatchRun } from './batch-run';
+import { BatchContext, BatchRun } from './batch-run';
+import type { GroupStats } from './group-stats';
 import type { MessageProcessor } from './message-processor';
 import type { Semaphore } from './semaphore';
 import { StopSignal } from './stop-signal';
@@ -22,6 +23,12 @@ export interface PartitionWorkerParams {
   token: string;
   /** Committed offset when the lease was taken. */
   committed: string;
+  /**
+   * Deliveries of the entry after `committed` to workers that died (0 after a
+   * clean hand-over); above `maxDeliveries` that entry is dead-lettered unhandled.
+   */
+  deliveries: number;
+  stats: GroupStats;
   redis: EventrailRedis;
   processor: MessageProcessor;
   semaphore: Semaphore;
@@ -47,10 +54,13 @@ export class PartitionWorker {
   private ended?: Promise<void>;
   private lost = false;
   private draining = false;
+  private readonly batchContext: BatchContext;
 
   constructor(private readonly params: PartitionWorkerParams) {
     this.streamKey = params.redis.keys.stream(params.partition);
     this.committed = params.committed;
+    const { partition, processor, semaphore, stats } = params;
+    this.batchContext = { partition, processor, semaphore, stop: this.stop, stats };
   }
 
   get partition(): number {
@@ -113,8 +123,8 @@ export class PartitionWorker {
       await this.pendingCommit;
       if (this.lost) return;
       const mark = this.current?.watermark();
-      if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark);
-      if (!this.lost) await this.params.redis.client.eventrailReleaseLease(this.leaseKey(), this.params.token);
+      if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
+      if (!this.lost) await this.release();
     } catch (error) {
       this.logger.warn(
         `${this.describe()}: could not commit and release on stop (${(error as Error).message}); the lease expires on its own`,
@@ -137,8 +147,15 @@ export class PartitionWorker {
   }
 
   private async run(): Promise<void> {
+    const { options } = this.params;
     let cursor = this.committed;
-    let next = this.prefetch(cursor);
+    // After taking over from a worker that died, entries go one at a time, each
+    // committed before the next starts, for one batch's length: a message that
+    // kills the process is then always the one right after the committed
+    // offset, which is what the delivery count taken at takeover counts.
+    let recovery = this.params.deliveries > 0 ? options.batchSize : 0;
+    let crashLooped = this.params.deliveries > options.maxDeliveries;
+    let next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
     while (!this.draining) {
       let entries: Array<RawEntry | MalformedEntry>;
       try {
@@ -147,25 +164,49 @@ export class PartitionWorker {
         if (this.draining) return;
         this.logger.warn(`${this.describe()}: read failed (${(error as Error).message}); retrying`);
         if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-        next = this.prefetch(cursor);
+        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
         continue;
       }
       if (this.draining) return;
       if (entries.length === 0) {
-        next = this.prefetch(cursor);
+        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
         continue;
       }
-      const batch = new BatchRun(entries, this.params.partition, this.params.processor, this.params.semaphore, this.stop);
+      if (crashLooped) {
+        // The entry after the committed offset keeps killing workers: dead-letter it unhandled.
+        try {
+          await this.params.processor.giveUpCrashLoop(entries[0], this.params.partition, this.params.deliveries);
+        } catch (error) {
+          this.logger.error(`${this.describe()}: could not dead-letter ${entries[0].offset} (${(error as Error).message}); retrying`);
+          if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
+          next = this.prefetch(cursor, 1);
+          continue;
+        }
+        crashLooped = false;
+        this.params.stats.deadLettered++;
+        cursor = entries[0].offset;
+        recovery--;
+        if (!(await this.commit(cursor))) return;
+        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
+        continue;
+      }
+      const alreadyDone = options.enableIdempotency ? await this.doneIds(entries) : undefined;
+      const batch = new BatchRun(entries, { ...this.batchContext, alreadyDone });
       this.current = batch;
       cursor = batch.lastOffset;
-      next = this.prefetch(cursor); // prefetch: the next batch travels while this one is handled
-      await batch.run(this.params.options.concurrency);
+      const recovering = recovery > 0;
+      recovery = Math.max(0, recovery - entries.length);
+      next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize); // the next batch travels while this one is handled
+      await batch.run(options.concurrency);
       if (this.draining) return; // the stopper commits the low watermark
       const mark = batch.watermark();
       // The commit travels while the next batch is handled; its verdict is
-      // read before the next commit is sent, so a fenced worker stops within a batch.
+      // read before the next commit is sent, so a fenced worker stops within a
+      // batch. While recovering, each commit lands before the next entry starts.
       if (this.pendingCommit && !(await this.pendingCommit)) return;
-      if (mark) this.pendingCommit = this.commit(mark);
+      this.pendingCommit = undefined;
+      if (mark) this.pendingCommit = this.commit(mark, batch.handledIds);
+      if (recovering && this.pendingCommit && !(await this.pendingCommit)) return;
       this.current = undefined;
       if (!batch.complete) {
         // An entry could not be finished (its failure could not be recorded):
@@ -174,30 +215,37 @@ export class PartitionWorker {
         this.connection?.disconnect();
         this.connection = this.params.redis.duplicate();
         if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-        next = this.prefetch(cursor);
+        next = this.prefetch(cursor, options.batchSize);
       }
     }
   }
 
+  /** Event ids of `entries` that idempotency already recorded as done: one round trip per batch. */
+  private async doneIds(entries: Array<RawEntry | MalformedEntry>): Promise<Set<string>> {
+    const ids: string[] = [];
+    for (const entry of entries) if (!isMalformed(entry) && this.params.processor.wants(entry)) ids.push(entry.id);
+    const done = new Set<string>();
+    if (ids.length === 0) return done;
+    const { redis, group, partition } = this.params;
+    const scores = (await redis.client.zmscore(redis.keys.done(group, partition), ...ids)) as Array<string | null>;
+    const now = Date.now();
+    scores.forEach((score, i) => {
+      if (score !== null && Number(score) > now) done.add(ids[i]);
+    });
+    return done;
+  }
+
   /** Starts a read; a read left behind by a stop may reject later, which is expected. */
-  private prefetch(after: string): Promise<Array<RawEntry | MalformedEntry>> {
-    const pending = this.read(after);
+  private prefetch(after: string, count: number): Promise<Array<RawEntry | MalformedEntry>> {
+    const pending = this.read(after, count);
     pending.catch(() => undefined);
     return pending;
   }
 
-  private async read(after: string): Promise<Array<RawEntry | MalformedEntry>> {
+  private async read(after: string, count: number): Promise<Array<RawEntry | MalformedEntry>> {
     const connection = this.connection;
     if (!connection) return [];
-    const reply = (await connection.xread(
-      'COUNT',
-      this.params.options.batchSize,
-      'BLOCK',
-      BLOCK_MS,
-      'STREAMS',
-      this.streamKey,
-      after,
-    )) as XReadReply;
+    const reply = (await connection.xread('COUNT', count, 'BLOCK', BLOCK_MS, 'STREAMS', this.streamKey, after)) as XReadReply;
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<RawEntry | MalformedEntry>(raw.length);
@@ -206,16 +254,20 @@ export class PartitionWorker {
   }
 
   /** Commits through the fencing script; false when the lease was lost (the worker then aborts). */
-  private async commit(offset: string): Promise<boolean> {
-    const { redis, options, token } = this.params;
+  private async commit(offset: string, doneIds: readonly string[] = []): Promise<boolean> {
+    const { redis, options, token, group, partition } = this.params;
+    const markTtl = options.enableIdempotency ? options.idempotencyTtlMs : 0;
     let result: number;
     try {
       result = await redis.client.eventrailCommitOffset(
         this.leaseKey(),
-        redis.keys.offset(this.params.group, this.params.partition),
+        redis.keys.offset(group, partition),
+        redis.keys.done(group, partition),
         token,
         offset,
         options.lockTtlMs,
+        markTtl,
+        ...(markTtl > 0 ? doneIds : []),
       );
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
@@ -231,6 +283,12 @@ export class PartitionWorker {
     this.logger.warn(`${this.describe()}: lease was taken over; dropping the partition without committing ${offset}`);
     this.abort();
     return false;
+  }
+
+  private release(): Promise<number> {
+    const { redis, group, partition, token } = this.params;
+    const epoch = token.slice(token.lastIndexOf(':') + 1);
+    return redis.client.eventrailReleaseLease(this.leaseKey(), redis.keys.recovery(group, partition), token, epoch);
   }
 
   private leaseKey(): string {

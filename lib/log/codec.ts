@@ -11,6 +11,7 @@
  * | `time`    | publish time, Unix ms (default: the stream id's)|
  * | `data`    | JSON of the payload                             |
  * | `headers` | JSON object of string values (optional)         |
+ * | `to`      | only this group handles it (dead-letter replays) |
  */
 export const FIELD = {
   id: 'id',
@@ -19,6 +20,7 @@ export const FIELD = {
   time: 'time',
   data: 'data',
   headers: 'headers',
+  to: 'to',
 } as const;
 
 export interface EncodedEvent {
@@ -28,6 +30,7 @@ export interface EncodedEvent {
   time: number;
   data: string;
   headers: string | undefined;
+  to?: string;
 }
 
 /** XADD arguments after the id, in a fixed order. */
@@ -36,6 +39,7 @@ export function encodeFields(e: EncodedEvent): string[] {
   if (e.key !== undefined) fields.push(FIELD.key, e.key);
   fields.push(FIELD.time, String(e.time), FIELD.data, e.data);
   if (e.headers !== undefined) fields.push(FIELD.headers, e.headers);
+  if (e.to !== undefined) fields.push(FIELD.to, e.to);
   return fields;
 }
 
@@ -48,6 +52,8 @@ export interface RawEntry {
   time: number;
   data: string;
   headers: string | undefined;
+  /** Set on dead-letter replays: the one group that handles the entry. */
+  to: string | undefined;
 }
 
 export interface MalformedEntry {
@@ -64,6 +70,7 @@ export function readEntry(offset: string, fields: string[]): RawEntry | Malforme
   let time: string | undefined;
   let data: string | undefined;
   let headers: string | undefined;
+  let to: string | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const value = fields[i + 1];
     switch (fields[i]) {
@@ -85,6 +92,9 @@ export function readEntry(offset: string, fields: string[]): RawEntry | Malforme
       case FIELD.headers:
         headers = value;
         break;
+      case FIELD.to:
+        to = value;
+        break;
     }
   }
   if (!event) return { offset, fields, reason: 'missing field "event"' };
@@ -96,7 +106,7 @@ export function readEntry(offset: string, fields: string[]): RawEntry | Malforme
     publishedAt = Number(time);
     if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds' };
   }
-  return { offset, id: id || offset, event, key, time: publishedAt, data, headers };
+  return { offset, id: id || offset, event, key, time: publishedAt, data, headers, to };
 }
 
 export function isMalformed(entry: RawEntry | MalformedEntry): entry is MalformedEntry {

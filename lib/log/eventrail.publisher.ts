@@ -5,6 +5,7 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import { eventrailPipeline } from '../scripts/scripts';
 import { encodeFields } from './codec';
 import { newEventId } from './event-id';
 import { partitionForKey } from './partitioner';
@@ -32,6 +33,11 @@ export interface PublishResult {
   partition: number;
   /** Stream id of the entry: its position in the partition. */
   offset: string;
+  /**
+   * True when producer dedup (`dedupWindowMs`) found this event id already
+   * appended within the window: nothing was appended, `offset` is the first append's.
+   */
+  duplicate?: boolean;
 }
 
 const MAX_ID_LENGTH = 200;
@@ -41,6 +47,8 @@ interface Prepared {
   partition: number;
   id: string;
   fields: string[];
+  /** Appended through the dedup script: the caller chose the id and dedup is on. */
+  dedup: boolean;
 }
 
 /**
@@ -59,6 +67,16 @@ export class EventrailPublisher {
     const prepared = this.prepare(event, data, options, Date.now());
     this.assertReady();
     try {
+      if (prepared.dedup) {
+        const { keys, client } = this.redis;
+        const [offset, duplicate] = await client.eventrailPublishDedup(
+          keys.dedup(prepared.partition, prepared.id),
+          keys.stream(prepared.partition),
+          this.options.dedupWindowMs,
+          ...prepared.fields,
+        );
+        return { id: prepared.id, partition: prepared.partition, offset, duplicate: duplicate === 1 };
+      }
       const offset = await this.redis.client.xadd(this.redis.keys.stream(prepared.partition), '*', ...prepared.fields);
       return { id: prepared.id, partition: prepared.partition, offset: offset as string };
     } catch (error) {
@@ -77,8 +95,13 @@ export class EventrailPublisher {
     const prepared = events.map((input) => this.prepare(input?.event, input?.data, input ?? {}, now));
     if (prepared.length === 0) return [];
     this.assertReady();
-    const pipeline = this.redis.client.pipeline();
-    for (const p of prepared) pipeline.xadd(this.redis.keys.stream(p.partition), '*', ...p.fields);
+    const { keys, client } = this.redis;
+    const pipeline = eventrailPipeline(client);
+    for (const p of prepared) {
+      if (p.dedup)
+        pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
+      else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
+    }
     let replies: Array<[Error | null, unknown]> | null;
     try {
       replies = await pipeline.exec();
@@ -89,10 +112,12 @@ export class EventrailPublisher {
     let failed: Error | undefined;
     let appended = 0;
     for (let i = 0; i < prepared.length; i++) {
-      const [error, offset] = replies?.[i] ?? [new Error('no reply'), null];
+      const [error, reply] = replies?.[i] ?? [new Error('no reply'), null];
       if (error) failed ??= error;
       else appended++;
-      results[i] = { id: prepared[i].id, partition: prepared[i].partition, offset: offset as string };
+      const { id, partition, dedup } = prepared[i];
+      if (dedup && Array.isArray(reply)) results[i] = { id, partition, offset: reply[0] as string, duplicate: reply[1] === 1 };
+      else results[i] = { id, partition, offset: reply as string };
     }
     if (failed) {
       throw new RedisUnavailableError(`publishMany: ${prepared.length - appended} of ${prepared.length} events were not appended`, failed);
@@ -128,7 +153,7 @@ export class EventrailPublisher {
     const partition = this.partitionOf(event, key, options.partition);
     const eventId = id ?? newEventId(now);
     const fields = encodeFields({ id: eventId, event, key, time: now, data: json, headers: headersJson });
-    return { partition, id: eventId, fields };
+    return { partition, id: eventId, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
   }
 
   private partitionOf(event: string, key: string | undefined, partition: number | undefined): number {

@@ -43,19 +43,47 @@ export class EventrailKeys {
     return `${this.tag(partition)}:epoch:${group}`;
   }
 
+  /**
+   * Recovery state of a (group, partition): the epoch last released cleanly,
+   * and how often the entry after the committed offset was delivered by a
+   * worker that then died (the crash-loop count).
+   */
+  recovery(group: string, partition: number): string {
+    return `${this.tag(partition)}:recovery:${group}`;
+  }
+
+  /** Idempotency done-marks of a group in a partition: event id scored by expiry (ms). */
+  done(group: string, partition: number): string {
+    return `${this.tag(partition)}:done:${group}`;
+  }
+
+  /** Producer dedup mark of an event id in a partition; holds the offset of the first append. */
+  dedup(partition: number, eventId: string): string {
+    return `${this.tag(partition)}:dedup:${eventId}`;
+  }
+
   /** Live members of a group: sorted set of worker ids scored by heartbeat expiry (ms). */
   members(group: string): string {
-    return `${this.prefix}:group:${group}:members`;
+    return `${this.group(group)}:members`;
   }
 
   /** Member details (host, pid, start time) by worker id, for the admin API. */
   memberInfo(group: string): string {
-    return `${this.prefix}:group:${group}:info`;
+    return `${this.group(group)}:info`;
   }
 
   /** Event types a group has handlers for. */
   events(group: string): string {
-    return `${this.prefix}:group:${group}:events`;
+    return `${this.group(group)}:events`;
+  }
+
+  /** Dead-letter stream of a group. */
+  deadLetters(group: string): string {
+    return `${this.group(group)}:dlq`;
+  }
+
+  private group(group: string): string {
+    return `${this.prefix}:group:{${group}}`;
   }
 
   private tag(partition: number): string {

@@ -119,6 +119,25 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     if (recorded !== this.options.partitions) {
       throw new PartitionMismatchError(this.options.prefix, this.options.partitions, recorded);
     }
+    await this.checkDurability();
+  }
+
+  /** Warns when Redis would lose acknowledged events on a crash. Managed Redis often disables CONFIG: then say nothing loud. */
+  private async checkDurability(): Promise<void> {
+    let appendonly: string | undefined;
+    try {
+      const reply = (await this.client.config('GET', 'appendonly')) as unknown as string[];
+      appendonly = reply?.[1];
+    } catch (error) {
+      this.logger.debug(`Could not read Redis persistence settings (${(error as Error).message}); skipping the durability check`);
+      return;
+    }
+    if (appendonly === 'no') {
+      this.logger.warn(
+        'Redis runs without AOF (appendonly no): a Redis crash loses events appended since the last snapshot, ' +
+          'even after publish resolved. Fix: redis-cli CONFIG SET appendonly yes (and appendonly yes in redis.conf).',
+      );
+    }
   }
 }
 

@@ -13,15 +13,26 @@ export interface EventrailCommands {
     epoch: string,
     offset: string,
     stream: string,
+    recovery: string,
     workerId: string,
     ttlMs: number,
     initialMode: 'start' | 'end' | 'id',
     initialId: string,
-  ): Promise<[string, string] | null>;
-  eventrailCommitOffset(lease: string, offset: string, token: string, id: string, ttlMs: number): Promise<number>;
+  ): Promise<[string, string, number] | null>;
+  eventrailCommitOffset(
+    lease: string,
+    offset: string,
+    done: string,
+    token: string,
+    id: string,
+    ttlMs: number,
+    markTtlMs: number,
+    ...doneIds: string[]
+  ): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
-  eventrailReleaseLease(lease: string, token: string): Promise<number>;
+  eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(members: string, info: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
+  eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
 }
 
 export type EventrailClient = (Redis | Cluster) & EventrailCommands;
@@ -35,7 +46,7 @@ export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
   return client.pipeline() as EventrailPipeline;
 }
 
-const SCRIPTS = ['acquireLease-4', 'commitOffset-2', 'renewLease-1', 'releaseLease-1', 'heartbeat-2'];
+const SCRIPTS = ['acquireLease-5', 'commitOffset-3', 'renewLease-1', 'releaseLease-2', 'heartbeat-2', 'publishDedup-2'];
 const REGISTERED = Symbol.for('eventrail.scripts');
 
 let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;

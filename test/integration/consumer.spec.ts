@@ -108,7 +108,7 @@ describe('consumer runtime', () => {
     await waitFor(async () => (await offsetOf()) === end.offset, 'offset past the skipped events');
     expect(ns()).toEqual([2]);
     expect(record.handled[0].id).toBe(last.id);
-    expect(await redis.smembers(`${prefix}:group:workers:events`)).toEqual(expect.arrayContaining(['job.run', 'job.other']));
+    expect(await redis.smembers(`${prefix}:group:{workers}:events`)).toEqual(expect.arrayContaining(['job.run', 'job.other']));
   });
 
   it('retries a failing handler in place, then gives up and moves on; NonRetryableError gives up at once', async () => {
@@ -202,7 +202,7 @@ describe('consumer runtime', () => {
     const consumers = app.get(EventrailConsumers);
     const published = await app.get(EventrailPublisher).publish('job.other', { n: 1 });
     expect(consumers.isRunning).toBe(false);
-    expect(await redis.zcard(`${prefix}:group:workers:members`)).toBe(0);
+    expect(await redis.zcard(`${prefix}:group:{workers}:members`)).toBe(0);
     expect(await offsetOf()).toBeNull();
     await consumers.start();
     expect(consumers.ownership()).toEqual({ workers: [0] });

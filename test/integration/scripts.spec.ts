@@ -8,10 +8,22 @@ describe('lease and commit scripts', () => {
   const keys = new EventrailKeys(prefix, 1);
   let redis: Redis;
   let client: EventrailClient;
-  const acquire = (worker: string, ttl = 60_000): Promise<[string, string] | null> =>
-    client.eventrailAcquireLease(keys.lease('g', 0), keys.epoch('g', 0), keys.offset('g', 0), keys.stream(0), worker, ttl, 'start', '');
+  const acquire = (worker: string, ttl = 60_000): Promise<[string, string, number] | null> =>
+    client.eventrailAcquireLease(
+      keys.lease('g', 0),
+      keys.epoch('g', 0),
+      keys.offset('g', 0),
+      keys.stream(0),
+      keys.recovery('g', 0),
+      worker,
+      ttl,
+      'start',
+      '',
+    );
   const commit = (token: string, id: string): Promise<number> =>
-    client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), token, id, 60_000);
+    client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), token, id, 60_000, 0);
+  const release = (token: string): Promise<number> =>
+    client.eventrailReleaseLease(keys.lease('g', 0), keys.recovery('g', 0), token, token.slice(token.lastIndexOf(':') + 1));
   const offset = (): Promise<string | null> => redis.get(keys.offset('g', 0));
 
   beforeAll(() => {
@@ -25,7 +37,7 @@ describe('lease and commit scripts', () => {
 
   it('fences a worker whose lease was taken over, and never moves the offset backwards', async () => {
     const a = await acquire('worker-a');
-    expect(a).toEqual(['worker-a:1', '0-0']);
+    expect(a).toEqual(['worker-a:1', '0-0', 0]); // first owner ever: no crash to count
     expect(await acquire('worker-b')).toBeNull(); // held
     expect(await commit(a![0], '5-0')).toBe(1);
     expect(await offset()).toBe('5-0');
@@ -34,7 +46,7 @@ describe('lease and commit scripts', () => {
     await redis.pexpire(keys.lease('g', 0), 1);
     await waitFor(async () => (await redis.exists(keys.lease('g', 0))) === 0, 'lease of A expired');
     const b = await acquire('worker-b');
-    expect(b).toEqual(['worker-b:2', '5-0']);
+    expect(b).toEqual(['worker-b:2', '5-0', 1]); // A never released: one delivery of the entry after 5-0 counted
     expect(await commit(b![0], '9-0')).toBe(1);
 
     // A wakes up and tries to commit: refused, nothing changes.
@@ -50,9 +62,28 @@ describe('lease and commit scripts', () => {
     expect(await offset()).toBe('10-0');
 
     // Released leases can be taken at once; a stale token cannot release someone else's.
-    expect(await client.eventrailReleaseLease(keys.lease('g', 0), a![0])).toBe(0);
-    expect(await client.eventrailReleaseLease(keys.lease('g', 0), b![0])).toBe(1);
-    expect((await acquire('worker-c'))?.[0]).toBe('worker-c:3');
+    expect(await release(a![0])).toBe(0);
+    expect(await release(b![0])).toBe(1);
+    expect(await acquire('worker-c')).toEqual(['worker-c:3', '10-0', 0]); // clean hand-over: nothing counted
+  });
+
+  it('counts deliveries of the same entry across crashed owners, and starts over when the offset moves', async () => {
+    const crash = async (): Promise<void> => {
+      await redis.pexpire(keys.lease('g', 0), 1);
+      await waitFor(async () => (await redis.exists(keys.lease('g', 0))) === 0, 'lease expired');
+    };
+    await redis.del(keys.lease('g', 0), keys.recovery('g', 0), keys.epoch('g', 0));
+    let owner = await acquire('crashy-1');
+    const counts: number[] = [];
+    for (let i = 2; i <= 4; i++) {
+      await crash();
+      owner = await acquire(`crashy-${i}`);
+      counts.push(owner![2]);
+    }
+    expect(counts).toEqual([1, 2, 3]);
+    expect(await commit(owner![0], '11-0')).toBe(1);
+    await crash();
+    expect((await acquire('crashy-5'))?.[2]).toBe(1);
   });
 
   it('renews only the holder, and lets a restarted incarnation of the same worker take its own lease back', async () => {

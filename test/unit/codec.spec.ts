@@ -5,7 +5,16 @@ describe('codec', () => {
     const fields = encodeFields({ id: 'e1', event: 'a.b', key: 'k', time: 1234, data: '{"x":1}', headers: '{"traceparent":"t"}' });
     expect(fields).toEqual(['id', 'e1', 'event', 'a.b', 'key', 'k', 'time', '1234', 'data', '{"x":1}', 'headers', '{"traceparent":"t"}']);
     const entry = readEntry('5-0', fields) as RawEntry;
-    expect(entry).toEqual({ offset: '5-0', id: 'e1', event: 'a.b', key: 'k', time: 1234, data: '{"x":1}', headers: '{"traceparent":"t"}' });
+    expect(entry).toEqual({
+      offset: '5-0',
+      id: 'e1',
+      event: 'a.b',
+      key: 'k',
+      time: 1234,
+      data: '{"x":1}',
+      headers: '{"traceparent":"t"}',
+      to: undefined,
+    });
     expect(decodePayload(entry)).toEqual({ data: { x: 1 }, headers: { traceparent: 't' } });
   });
 
@@ -31,7 +40,7 @@ describe('codec', () => {
     ['1', '{"a":1}', 'not a string'],
     ['1', 'nope', 'field "headers" is not valid JSON'],
   ])('refuses to decode data %j with headers %j', (data, headers, reason) => {
-    const entry: RawEntry = { offset: '1-0', id: 'x', event: 'e', key: null, time: 1, data, headers };
+    const entry: RawEntry = { offset: '1-0', id: 'x', event: 'e', key: null, time: 1, data, headers, to: undefined };
     expect(() => decodePayload(entry)).toThrow(DecodeError);
     expect(() => decodePayload(entry)).toThrow(reason);
   });

@@ -4,17 +4,24 @@
   the committed offset, initialising it the first time the group reads the
   partition.
 
+  When the previous holder did not release the lease (it crashed, froze or
+  lost Redis), this counts one more delivery of the entry after the committed
+  offset: the crash-loop count, kept only on this recovery path so the happy
+  path pays nothing for it.
+
   KEYS[1] lease key
   KEYS[2] epoch counter key
   KEYS[3] committed offset key
   KEYS[4] partition stream key
+  KEYS[5] recovery hash (released, at, deliveries)
 
   ARGV[1] worker id
   ARGV[2] lease TTL (ms)
   ARGV[3] initial offset mode: "start" | "end" | "id"
   ARGV[4] initial offset id (mode "id": the id to record)
 
-  Returns { token, committedOffset } when taken, nil when another worker holds it.
+  Returns { token, committedOffset, deliveries } when taken (deliveries is 0
+  after a clean hand-over), nil when another worker holds it.
 ]]
 local rcall = redis.call
 local current = rcall("GET", KEYS[1])
@@ -22,6 +29,7 @@ if current and string.sub(current, 1, #ARGV[1] + 1) ~= ARGV[1] .. ":" then
   return nil
 end
 
+local previous = rcall("GET", KEYS[2])
 local token = ARGV[1] .. ":" .. rcall("INCR", KEYS[2])
 rcall("SET", KEYS[1], token, "PX", ARGV[2])
 
@@ -37,4 +45,14 @@ if not offset then
   end
   rcall("SET", KEYS[3], offset)
 end
-return { token, offset }
+
+local deliveries = 0
+if previous and rcall("HGET", KEYS[5], "released") ~= previous then
+  if rcall("HGET", KEYS[5], "at") == offset then
+    deliveries = rcall("HINCRBY", KEYS[5], "deliveries", 1)
+  else
+    rcall("HSET", KEYS[5], "at", offset, "deliveries", 1)
+    deliveries = 1
+  end
+end
+return { token, offset, deliveries }

@@ -1,0 +1,31 @@
+import { Logger } from '@nestjs/common';
+import { isMalformed } from '../log/codec';
+import { encodeDeadLetter } from '../log/dead-letter.codec';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+import type { FailedMessage, FailedMessageSink } from './failed-message';
+
+/**
+ * Appends a given-up message to its group's dead-letter stream, with the
+ * original entry and why it failed. If the append fails the message is not
+ * done, so the partition stops at it rather than lose it.
+ */
+export class DeadLetterSink implements FailedMessageSink {
+  private readonly logger = new Logger(DeadLetterSink.name);
+
+  constructor(
+    private readonly redis: EventrailRedis,
+    private readonly workerId: string,
+  ) {}
+
+  async accept(failed: FailedMessage): Promise<void> {
+    const { entry } = failed;
+    const fields = encodeDeadLetter(failed, this.workerId);
+    await this.redis.client.xadd(this.redis.keys.deadLetters(failed.group), '*', ...fields);
+    const id = isMalformed(entry) ? entry.offset : `${entry.id} (${entry.event})`;
+    const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
+    this.logger.error(
+      `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
+        `after ${failed.attempts} attempt(s), ${failed.reason}: ${error.message}`,
+    );
+  }
+}

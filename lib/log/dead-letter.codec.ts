@@ -1,0 +1,104 @@
+import type { FailedMessage, GiveUpReason } from '../consumer/failed-message';
+import { FIELD, isMalformed } from './codec';
+
+/** Longest error stack kept in a dead letter. */
+const MAX_STACK = 2_000;
+
+/**
+ * A dead letter as returned by `EventrailAdmin.deadLetters`. `id` is the
+ * dead letter's own id (pass it to `replayDeadLetters`); `eventId` the event's.
+ */
+export interface DeadLetter {
+  id: string;
+  eventId: string | null;
+  event: string | null;
+  key: string | null;
+  /** Parsed payload, or the raw string when it is not valid JSON. */
+  data: unknown;
+  headers: Record<string, string>;
+  group: string;
+  partition: number;
+  /** Where the event was in its partition. */
+  offset: string;
+  reason: GiveUpReason;
+  error: { name: string; message: string; stack: string | null };
+  attempts: number;
+  firstFailedAt: Date;
+  failedAt: Date;
+  worker: string;
+}
+
+/** Dead-letter stream fields: the original entry's fields under their own names, then the failure. */
+export function encodeDeadLetter(failed: FailedMessage, workerId: string): string[] {
+  const { entry } = failed;
+  const fields: string[] = [];
+  if (isMalformed(entry)) {
+    fields.push('raw', JSON.stringify(entry.fields));
+  } else {
+    fields.push(FIELD.id, entry.id, FIELD.event, entry.event, FIELD.time, String(entry.time), FIELD.data, entry.data);
+    if (entry.key !== null) fields.push(FIELD.key, entry.key);
+    if (entry.headers !== undefined) fields.push(FIELD.headers, entry.headers);
+  }
+  const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
+  fields.push(
+    'group',
+    failed.group,
+    'partition',
+    String(failed.partition),
+    'offset',
+    entry.offset,
+    'reason',
+    failed.reason,
+    'errorName',
+    error.name,
+    'errorMessage',
+    error.message,
+    'errorStack',
+    (error.stack ?? '').slice(0, MAX_STACK),
+    'attempts',
+    String(failed.attempts),
+    'firstFailedAt',
+    String(failed.firstFailedAt.getTime()),
+    'lastFailedAt',
+    String(failed.lastFailedAt.getTime()),
+    'worker',
+    workerId,
+  );
+  return fields;
+}
+
+export function decodeDeadLetter(id: string, list: string[]): DeadLetter {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < list.length; i += 2) f[list[i]] = list[i + 1];
+  let data: unknown = f.data ?? f.raw ?? null;
+  if (typeof data === 'string') {
+    try {
+      data = JSON.parse(data);
+    } catch {
+      // kept raw: that may be why it was dead-lettered
+    }
+  }
+  let headers: Record<string, string>;
+  try {
+    headers = f.headers ? (JSON.parse(f.headers) as Record<string, string>) : {};
+  } catch {
+    headers = {};
+  }
+  return {
+    id,
+    eventId: f.id ?? null,
+    event: f.event ?? null,
+    key: f.key ?? null,
+    data,
+    headers,
+    group: f.group,
+    partition: Number(f.partition),
+    offset: f.offset,
+    reason: f.reason as GiveUpReason,
+    error: { name: f.errorName, message: f.errorMessage, stack: f.errorStack || null },
+    attempts: Number(f.attempts),
+    firstFailedAt: new Date(Number(f.firstFailedAt)),
+    failedAt: new Date(Number(f.lastFailedAt)),
+    worker: f.worker,
+  };
+}
