@@ -46,8 +46,8 @@ export class GroupConsumer {
     /** Tells the other workers of the group to rebalance now. */
     private readonly announce: (group: string) => Promise<void>,
   ) {
-    this.processor = new MessageProcessor(name, handlers, options, sink);
     this.semaphore = new Semaphore(options.concurrency);
+    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore);
   }
 
   /** Partitions this process works right now. */

@@ -7,6 +7,7 @@ import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } fro
 import { retryDelayMs } from './backoff';
 import type { FailedMessageSink, GiveUpReason } from './failed-message';
 import type { HandlerBinding, HandlerMap } from './handler-binding';
+import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 
 /** How an entry ended: not done (a stop cut its retries short), handled, or given up (dead-lettered). */
@@ -30,6 +31,8 @@ export class MessageProcessor {
     private readonly handlers: HandlerMap,
     private readonly options: ResolvedConsumerOptions,
     private readonly sink: FailedMessageSink,
+    /** The group's concurrency limit; the caller holds a permit while an entry runs. */
+    private readonly semaphore: Semaphore,
   ) {}
 
   /** True when the group handles this entry; other entries are done without a call. */
@@ -111,7 +114,15 @@ export class MessageProcessor {
       `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
         `retrying in ${delay} ms: ${describe(error)}`,
     );
-    if (await stop.sleep(delay)) return ABANDONED;
+    // The permit goes back during the backoff, so other partitions of the group keep going.
+    this.semaphore.release();
+    let stopped: boolean;
+    try {
+      stopped = await stop.sleep(delay);
+    } finally {
+      await this.semaphore.acquire();
+    }
+    if (stopped) return ABANDONED;
     // Only the handlers that failed run again: the others already did their work.
     return this.attempt(entry, payload, failed, partition, stop, attempt + 1, firstFailedAt);
   }
