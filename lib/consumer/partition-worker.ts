@@ -190,9 +190,18 @@ export class PartitionWorker {
         next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
         continue;
       }
-      const alreadyDone = options.enableIdempotency ? await this.doneIds(entries) : undefined;
+      let alreadyDone: Set<string> | undefined;
+      try {
+        alreadyDone = options.enableIdempotency ? await this.doneIds(entries) : undefined;
+      } catch (error) {
+        this.logger.warn(`${this.describe()}: idempotency check failed (${(error as Error).message}); retrying`);
+        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
+        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
+        continue;
+      }
       const batch = new BatchRun(entries, { ...this.batchContext, alreadyDone });
       this.current = batch;
+      const batchStart = cursor;
       cursor = batch.lastOffset;
       const recovering = recovery > 0;
       recovery = Math.max(0, recovery - entries.length);
@@ -211,7 +220,7 @@ export class PartitionWorker {
       if (!batch.complete) {
         // An entry could not be finished (its failure could not be recorded):
         // read again from it rather than skipping it.
-        cursor = mark ?? this.committed;
+        cursor = mark ?? batchStart;
         this.connection?.disconnect();
         this.connection = this.params.redis.duplicate();
         if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
