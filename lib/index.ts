@@ -15,7 +15,18 @@ export { EventrailPublisher } from './log/eventrail.publisher';
 export type { PublishInput, PublishOptions, PublishResult } from './log/eventrail.publisher';
 export { EventrailConsumers } from './consumer/eventrail-consumers';
 export type { GroupStats } from './consumer/group-stats';
-export { EventrailAdmin } from './admin/eventrail-admin';
+export { EventrailAdmin, DEFAULT_STALE_GROUP_MS } from './admin/eventrail-admin';
+export { LAG_COUNT_CAP } from './admin/group-status.reader';
+export type {
+  GroupStatus,
+  LogStats,
+  MemberStatus,
+  OffsetChange,
+  OffsetResetResult,
+  OffsetTarget,
+  PartitionLogStats,
+  PartitionStatus,
+} from './admin/admin.types';
 export type { DeadLetter } from './log/dead-letter.codec';
 export type { GiveUpReason } from './consumer/failed-message';
 export { partitionForKey } from './log/partitioner';
@@ -32,3 +43,4 @@ export { InvalidHandlerError } from './errors/invalid-handler.error';
 export { NonRetryableError } from './errors/non-retryable.error';
 export { HandlerTimeoutError } from './errors/handler-timeout.error';
 export { UnknownGroupError } from './errors/unknown-group.error';
+export { GroupHasLiveMembersError } from './errors/group-has-live-members.error';

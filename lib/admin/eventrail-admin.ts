@@ -6,24 +6,132 @@ import { UnknownGroupError } from '../errors/unknown-group.error';
 import { FIELD } from '../log/codec';
 import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
 import { partitionForKey } from '../log/partitioner';
+import { offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
+import type { GroupStatus, LogStats, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
+import { GroupStatusReader } from './group-status.reader';
 
 const PAGE = 500;
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 /** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
 const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
+/** How long all members of a group must have been gone before `pruneStaleGroups` removes it, by default. */
+export const DEFAULT_STALE_GROUP_MS = 24 * 60 * 60 * 1000;
+
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
- * on. This part covers dead letters: list, replay (to the group that
- * dead-lettered them, and only to it), purge.
+ * on: group status with lag, offsets, stale groups, log statistics, and dead
+ * letters (list, replay to the group that dead-lettered them and only to it,
+ * purge).
  */
 @Injectable()
 export class EventrailAdmin {
+  private readonly status: GroupStatusReader;
+
   constructor(
     private readonly redis: EventrailRedis,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
-  ) {}
+  ) {
+    this.status = new GroupStatusReader(redis);
+  }
+
+  /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
+  async groups(): Promise<GroupStatus[]> {
+    const names = (await this.redis.client.smembers(this.redis.keys.groups)).sort();
+    return Promise.all(names.map((name) => this.status.read(name)));
+  }
+
+  /** One group's status; `UnknownGroupError` if it never registered. */
+  async group(name: string): Promise<GroupStatus> {
+    await this.assertGroup(name);
+    return this.status.read(name);
+  }
+
+  /**
+   * Moves a group's committed offsets to the start or end of the log, to an
+   * entry id (that entry is handled next) or a time (the first entry at or
+   * after it is handled next). Refuses while the group has live members unless
+   * `force`, and then fences them: their leases are removed, so none can commit
+   * over the reset; they take the partitions again from the new offsets.
+   * `dryRun` reports the changes without making them.
+   */
+  async resetOffsets(
+    group: string,
+    to: OffsetTarget,
+    { dryRun = false, force = false }: { dryRun?: boolean; force?: boolean } = {},
+  ): Promise<OffsetResetResult> {
+    await this.assertGroup(group);
+    const { keys, client } = this.redis;
+    const live = (await this.status.read(group)).members.map((m) => m.workerId);
+    if (live.length > 0 && !force && !dryRun) throw new GroupHasLiveMembersError(group, live, 'reset the offsets');
+    const changes: OffsetChange[] = [];
+    for (let p = 0; p < keys.partitions; p++) {
+      const [from, target] = await Promise.all([client.get(keys.offset(group, p)), this.offsetFor(p, to)]);
+      changes.push({ partition: p, from, to: target });
+    }
+    if (!dryRun) {
+      for (const { partition, to: target } of changes) {
+        await client.eventrailResetOffset(
+          keys.lease(group, partition),
+          keys.offset(group, partition),
+          keys.epoch(group, partition),
+          keys.recovery(group, partition),
+          target,
+        );
+      }
+      // Running workers find their leases gone now rather than at their next renewal.
+      await client.publish(keys.rebalanceChannel, group);
+    }
+    return { group, dryRun, partitions: changes };
+  }
+
+  /**
+   * Removes groups whose members have all been gone longer than `staleMs`, with
+   * their offsets, leases and marks (dead letters too), and returns their names.
+   * A group with a live member is never removed.
+   */
+  async pruneStaleGroups({ staleMs = DEFAULT_STALE_GROUP_MS }: { staleMs?: number } = {}): Promise<string[]> {
+    if (!Number.isInteger(staleMs) || staleMs < 0) throw new InvalidOptionError('staleMs', staleMs, 'an integer number of milliseconds');
+    const now = Date.now();
+    const pruned: string[] = [];
+    for (const status of await this.groups()) {
+      const lastSeen = status.lastSeen?.getTime() ?? 0;
+      if (status.members.length > 0 || now - lastSeen <= staleMs) continue;
+      await this.removeGroup(status.name);
+      pruned.push(status.name);
+    }
+    return pruned;
+  }
+
+  /** Deletes a group and everything it keeps in Redis. Refuses while it has live members unless `force`. */
+  async deleteGroup(group: string, { force = false }: { force?: boolean } = {}): Promise<void> {
+    await this.assertGroup(group);
+    const live = (await this.status.read(group)).members.map((m) => m.workerId);
+    if (live.length > 0 && !force) throw new GroupHasLiveMembersError(group, live, 'delete');
+    await this.removeGroup(group);
+  }
+
+  /** Length and first/last id of every partition, and Redis memory when INFO is allowed. */
+  async stats(): Promise<LogStats> {
+    const { keys, client } = this.redis;
+    const partitions: PartitionLogStats[] = await Promise.all(
+      keys.streams.map(async (stream, partition) => {
+        const [length, first, last] = await Promise.all([
+          client.xlen(stream),
+          client.xrange(stream, '-', '+', 'COUNT', 1),
+          client.xrevrange(stream, '+', '-', 'COUNT', 1),
+        ]);
+        return { partition, length, firstId: first[0]?.[0] ?? null, lastId: last[0]?.[0] ?? null };
+      }),
+    );
+    const usedMemoryBytes = await client.info('memory').then(
+      (info) => Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN) || null,
+      () => null, // INFO disabled
+    );
+    return { prefix: this.options.prefix, partitions, usedMemoryBytes };
+  }
 
   /** A page of a group's dead letters, oldest first; pass the last `id` as `after` for the next page. */
   async deadLetters(group: string, { count = 100, after }: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
@@ -113,6 +221,30 @@ export class EventrailAdmin {
     if (key !== undefined) partition = partitionForKey(key, partitions);
     else if (!(partition >= 0 && partition < partitions)) partition = 0;
     return { partition, original };
+  }
+
+  /** The committed offset that makes `to` the next entry handled in a partition. */
+  private async offsetFor(partition: number, to: OffsetTarget): Promise<string> {
+    if (to === 'start') return STREAM_START;
+    if (to === 'end') {
+      const last = await this.redis.client.xrevrange(this.redis.keys.stream(partition), '+', '-', 'COUNT', 1);
+      return last[0]?.[0] ?? STREAM_START;
+    }
+    if (typeof to === 'object' && to !== null && 'id' in to && typeof to.id === 'string' && STREAM_ID.test(to.id))
+      return previousStreamId(to.id);
+    if (typeof to === 'object' && to !== null && 'time' in to && to.time instanceof Date && !Number.isNaN(to.time.getTime()))
+      return offsetBeforeTime(to.time);
+    throw new InvalidOptionError('to', to, "'start', 'end', { id: '<ms>-<seq>' } or { time: Date }");
+  }
+
+  private async removeGroup(group: string): Promise<void> {
+    const { keys, client } = this.redis;
+    const doomed = [keys.members(group), keys.memberInfo(group), keys.events(group), keys.seen(group), keys.deadLetters(group)];
+    for (let p = 0; p < keys.partitions; p++) {
+      doomed.push(keys.offset(group, p), keys.lease(group, p), keys.epoch(group, p), keys.recovery(group, p), keys.done(group, p));
+    }
+    // One key per command: the keys live in different cluster slots.
+    await Promise.all([...doomed.map((key) => client.del(key)), client.srem(keys.groups, group)]);
   }
 
   private async assertGroup(group: string): Promise<void> {

@@ -29,8 +29,8 @@ export class EventrailConsumers implements OnModuleDestroy {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {
     this.signal = new RebalanceSignal(redis);
-    const id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-    this.identity = { id, info: JSON.stringify({ host: hostname(), pid: process.pid, startedAt: Date.now() }) };
+    const host = hostname();
+    this.identity = { id: `${host}:${process.pid}:${randomBytes(4).toString('hex')}`, host, pid: process.pid, startedAt: Date.now() };
   }
 
   /** Worker id of this process in every group (`host:pid:random`). */

@@ -11,9 +11,11 @@ import { PartitionWorker } from './partition-worker';
 import { Semaphore } from './semaphore';
 
 export interface WorkerIdentity {
+  /** `host:pid:random`. */
   id: string;
-  /** JSON stored in the member info hash for the admin API. */
-  info: string;
+  host: string;
+  pid: number;
+  startedAt: number;
 }
 
 /**
@@ -35,6 +37,7 @@ export class GroupConsumer {
   private rebalancing?: Promise<void>;
   private rebalanceAgain = false;
   private tickFailing = false;
+  private readonly info: string;
 
   constructor(
     readonly name: string,
@@ -47,6 +50,9 @@ export class GroupConsumer {
     private readonly announce: (group: string) => Promise<void>,
   ) {
     this.semaphore = new Semaphore(options.concurrency);
+    // Member info for the admin API; with the TTL, the heartbeat expiry gives the last heartbeat.
+    const { host, pid, startedAt } = worker;
+    this.info = JSON.stringify({ host, pid, startedAt, heartbeatTtlMs: options.heartbeatTtlMs });
     this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore);
   }
 
@@ -74,15 +80,12 @@ export class GroupConsumer {
     this.timer.unref();
   }
 
-  /** Another worker joined or left: rebalance now rather than at the next tick. */
+  /**
+   * Another worker joined or left, or an admin moved the offsets: heartbeat,
+   * check the leases and rebalance now rather than at the next tick.
+   */
   requestRebalance(): void {
-    if (!this.running) return;
-    void this.heartbeat()
-      .then((members) => {
-        this.members = members;
-        return this.rebalance();
-      })
-      .catch((error: unknown) => this.logger.warn(`Group "${this.name}": rebalance failed: ${(error as Error).message}`));
+    void this.tick();
   }
 
   /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
@@ -94,7 +97,12 @@ export class GroupConsumer {
     await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
     const { keys, client } = this.redis;
     try {
-      await client.pipeline().zrem(keys.members(this.name), this.worker.id).hdel(keys.memberInfo(this.name), this.worker.id).exec();
+      await client
+        .pipeline()
+        .zrem(keys.members(this.name), this.worker.id)
+        .hdel(keys.memberInfo(this.name), this.worker.id)
+        .set(keys.seen(this.name), Date.now())
+        .exec();
       await this.announce(this.name);
     } catch (error) {
       this.logger.warn(`Group "${this.name}": could not leave cleanly (${(error as Error).message}); membership expires on its own`);
@@ -108,13 +116,7 @@ export class GroupConsumer {
     const owned = [...this.workers.values()].filter((w) => w.active);
     try {
       const pipeline = eventrailPipeline(client);
-      pipeline.eventrailHeartbeat(
-        keys.members(this.name),
-        keys.memberInfo(this.name),
-        this.worker.id,
-        this.options.heartbeatTtlMs,
-        this.worker.info,
-      );
+      pipeline.eventrailHeartbeat(...this.heartbeatArgs());
       for (const w of owned) pipeline.eventrailRenewLease(keys.lease(this.name, w.partition), w.token, this.options.lockTtlMs);
       const replies = (await pipeline.exec()) ?? [];
       const [heartbeatError, members] = replies[0] ?? [];
@@ -255,14 +257,13 @@ export class GroupConsumer {
   }
 
   private heartbeat(): Promise<string[]> {
-    const { keys, client } = this.redis;
-    return client.eventrailHeartbeat(
-      keys.members(this.name),
-      keys.memberInfo(this.name),
-      this.worker.id,
-      this.options.heartbeatTtlMs,
-      this.worker.info,
-    );
+    return this.redis.client.eventrailHeartbeat(...this.heartbeatArgs());
+  }
+
+  private heartbeatArgs(): [string, string, string, string, number, string] {
+    const { keys } = this.redis;
+    const { name } = this;
+    return [keys.members(name), keys.memberInfo(name), keys.seen(name), this.worker.id, this.options.heartbeatTtlMs, this.info];
   }
 }
 

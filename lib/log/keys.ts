@@ -77,6 +77,11 @@ export class EventrailKeys {
     return `${this.group(group)}:events`;
   }
 
+  /** Unix ms of the latest heartbeat of any member: how long a group without members has been gone. */
+  seen(group: string): string {
+    return `${this.group(group)}:seen`;
+  }
+
   /** Dead-letter stream of a group. */
   deadLetters(group: string): string {
     return `${this.group(group)}:dlq`;

@@ -31,7 +31,8 @@ export interface EventrailCommands {
   ): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
-  eventrailHeartbeat(members: string, info: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
+  eventrailHeartbeat(members: string, info: string, seen: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
+  eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, to: string): Promise<string | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
 }
 
@@ -46,7 +47,7 @@ export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
   return client.pipeline() as EventrailPipeline;
 }
 
-const SCRIPTS = ['acquireLease-5', 'commitOffset-3', 'renewLease-1', 'releaseLease-2', 'heartbeat-2', 'publishDedup-2'];
+const SCRIPTS = ['acquireLease-5', 'commitOffset-3', 'renewLease-1', 'releaseLease-2', 'heartbeat-3', 'publishDedup-2', 'resetOffset-4'];
 const REGISTERED = Symbol.for('eventrail.scripts');
 
 let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;

@@ -4,6 +4,7 @@
 
   KEYS[1] members sorted set (worker id scored by expiry ms)
   KEYS[2] member info hash (worker id -> JSON)
+  KEYS[3] last-seen key of the group (ms of the latest heartbeat of any member)
 
   ARGV[1] worker id
   ARGV[2] heartbeat TTL (ms)
@@ -22,4 +23,5 @@ if #expired > 0 then
 end
 rcall("ZADD", KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 rcall("HSET", KEYS[2], ARGV[1], ARGV[3])
+rcall("SET", KEYS[3], now)
 return rcall("ZRANGE", KEYS[1], 0, -1)

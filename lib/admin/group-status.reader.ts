@@ -1,0 +1,121 @@
+import type { EventrailRedis } from '../redis/eventrail-redis';
+import type { GroupStatus, MemberStatus, PartitionStatus } from './admin.types';
+
+/** Lag is counted entry by entry; past this many per partition it is reported as capped. */
+export const LAG_COUNT_CAP = 10_000;
+const PAGE = 1_000;
+
+type Reply = [Error | null, unknown];
+
+/** Reads a group's membership, offsets, leases and lag: one pipeline, plus a count only where there is lag. */
+export class GroupStatusReader {
+  constructor(private readonly redis: EventrailRedis) {}
+
+  async read(group: string): Promise<GroupStatus> {
+    const { keys, client } = this.redis;
+    const partitions = keys.partitions;
+    const pipeline = client.pipeline();
+    pipeline.smembers(keys.events(group));
+    pipeline.zrange(keys.members(group), '0', '-1', 'WITHSCORES');
+    pipeline.hgetall(keys.memberInfo(group));
+    pipeline.get(keys.seen(group));
+    pipeline.xlen(keys.deadLetters(group));
+    pipeline.time();
+    for (let p = 0; p < partitions; p++) {
+      pipeline.get(keys.offset(group, p));
+      pipeline.get(keys.lease(group, p));
+      pipeline.pttl(keys.lease(group, p));
+      pipeline.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1);
+    }
+    const replies = ((await pipeline.exec()) ?? []) as Reply[];
+    const value = (i: number): unknown => {
+      const [error, result] = replies[i] ?? [new Error('no reply'), null];
+      if (error) throw error;
+      return result;
+    };
+    const [seconds, micros] = value(5) as [string, string];
+    const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const members = this.members(value(1) as string[], value(2) as Record<string, string>, now);
+
+    const partitionStatus: PartitionStatus[] = [];
+    for (let p = 0; p < partitions; p++) {
+      const base = 6 + p * 4;
+      const committed = value(base) as string | null;
+      const lease = value(base + 1) as string | null;
+      const ttl = value(base + 2) as number;
+      const last = value(base + 3) as Array<[string, string[]]>;
+      const lastId = last[0]?.[0] ?? null;
+      const { lag, capped } =
+        lastId === null || lastId === committed ? { lag: 0, capped: false } : await this.countAfter(p, committed ?? '0-0');
+      partitionStatus.push({
+        partition: p,
+        committed,
+        lag,
+        lagCapped: capped,
+        leaseOwner: lease ? lease.slice(0, lease.lastIndexOf(':')) : null,
+        leaseExpiresInMs: lease && ttl >= 0 ? ttl : null,
+      });
+    }
+    const seen = value(3) as string | null;
+    return {
+      name: group,
+      events: (value(0) as string[]).sort(),
+      members,
+      partitions: partitionStatus,
+      lag: partitionStatus.reduce((sum, p) => sum + p.lag, 0),
+      deadLetters: value(4) as number,
+      lastSeen: seen ? new Date(Number(seen)) : null,
+    };
+  }
+
+  /** Entries after `after` in a partition, counted in pages up to the cap. */
+  async countAfter(partition: number, after: string, cap = LAG_COUNT_CAP): Promise<{ lag: number; capped: boolean }> {
+    const stream = this.redis.keys.stream(partition);
+    let count = 0;
+    let cursor = after;
+    while (count < cap) {
+      const want = Math.min(PAGE, cap - count);
+      const page = await this.redis.client.xrange(stream, `(${cursor}`, '+', 'COUNT', want);
+      count += page.length;
+      if (page.length < want) return { lag: count, capped: false };
+      cursor = page[page.length - 1][0];
+    }
+    const more = await this.redis.client.xrange(stream, `(${cursor}`, '+', 'COUNT', 1);
+    return { lag: count, capped: more.length > 0 };
+  }
+
+  private members(scored: string[], info: Record<string, string>, now: number): MemberStatus[] {
+    const members: MemberStatus[] = [];
+    for (let i = 0; i + 1 < scored.length; i += 2) {
+      const expiresAt = Number(scored[i + 1]);
+      if (expiresAt <= now) continue; // expired, not yet swept by a heartbeat
+      const workerId = scored[i];
+      const details = parseInfo(info[workerId]);
+      members.push({
+        workerId,
+        host: details.host ?? null,
+        pid: details.pid ?? null,
+        startedAt: details.startedAt ? new Date(details.startedAt) : null,
+        lastHeartbeat: details.heartbeatTtlMs ? new Date(expiresAt - details.heartbeatTtlMs) : null,
+        expiresAt: new Date(expiresAt),
+      });
+    }
+    return members;
+  }
+}
+
+interface MemberInfo {
+  host?: string;
+  pid?: number;
+  startedAt?: number;
+  heartbeatTtlMs?: number;
+}
+
+function parseInfo(json: string | undefined): MemberInfo {
+  if (!json) return {};
+  try {
+    return JSON.parse(json) as MemberInfo;
+  } catch {
+    return {}; // unreadable details: the member is reported without them
+  }
+}

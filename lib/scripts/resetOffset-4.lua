@@ -1,0 +1,22 @@
+--[[
+  Sets a group's committed offset in a partition, fencing whoever works it:
+  the lease is removed and the epoch bumped, so a running worker's next commit
+  or renewal fails and it drops the partition, then takes it again from the
+  new offset. Recorded as a clean release, so no crash is counted.
+
+  KEYS[1] lease key
+  KEYS[2] committed offset key
+  KEYS[3] epoch counter key
+  KEYS[4] recovery hash
+
+  ARGV[1] new committed offset
+
+  Returns the previous committed offset (false when there was none).
+]]
+local rcall = redis.call
+local previous = rcall("GET", KEYS[2])
+rcall("DEL", KEYS[1])
+local epoch = rcall("INCR", KEYS[3])
+rcall("HSET", KEYS[4], "released", epoch)
+rcall("SET", KEYS[2], ARGV[1])
+return previous
