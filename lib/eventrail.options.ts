@@ -1,6 +1,7 @@
 import type { ModuleMetadata, InjectionToken, OptionalFactoryDependency } from '@nestjs/common';
 import type { Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError } from './errors/invalid-option.error';
+import type { EventrailMetrics } from './metrics/eventrail-metrics';
 
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
@@ -135,6 +136,8 @@ export interface EventrailModuleOptions {
    * @default true
    */
   isGlobal?: boolean;
+  /** Hooks called as messages are processed, for metrics (see `createPrometheusMetrics` in `nestjs-eventrail/prometheus`). */
+  metrics?: EventrailMetrics;
 }
 
 export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
@@ -155,6 +158,7 @@ export interface ResolvedEventrailOptions {
   dedupWindowMs: number;
   startupTimeoutMs: number;
   allowDegradedStart: boolean;
+  metrics: EventrailMetrics;
 }
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
@@ -224,6 +228,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     dedupWindowMs,
     startupTimeoutMs,
     allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? false),
+    metrics: validateMetrics(options.metrics ?? {}),
   };
 }
 
@@ -294,6 +299,14 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
     default:
       throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
   }
+}
+
+function validateMetrics(metrics: EventrailMetrics): EventrailMetrics {
+  if (metrics === null || typeof metrics !== 'object') throw new InvalidOptionError('metrics', metrics, 'an object of hook functions');
+  for (const [name, hook] of Object.entries(metrics)) {
+    if (hook !== undefined && typeof hook !== 'function') throw new InvalidOptionError(`metrics.${name}`, hook, 'a function');
+  }
+  return metrics;
 }
 
 function checkInteger(path: string, value: unknown, min: number, max: number): void {

@@ -16,7 +16,8 @@ export type { PublishInput, PublishOptions, PublishResult } from './log/eventrai
 export { EventrailConsumers } from './consumer/eventrail-consumers';
 export type { GroupStats } from './consumer/group-stats';
 export { EventrailAdmin, DEFAULT_STALE_GROUP_MS } from './admin/eventrail-admin';
-export { LAG_COUNT_CAP } from './admin/group-status.reader';
+export { LAG_COUNT_CAP } from './log/lag';
+export type { EventrailMetrics, SkipReason } from './metrics/eventrail-metrics';
 export type {
   GroupStatus,
   LogStats,

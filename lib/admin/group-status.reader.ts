@@ -1,9 +1,6 @@
+import { countEntriesAfter } from '../log/lag';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { GroupStatus, MemberStatus, PartitionStatus } from './admin.types';
-
-/** Lag is counted entry by entry; past this many per partition it is reported as capped. */
-export const LAG_COUNT_CAP = 10_000;
-const PAGE = 1_000;
 
 type Reply = [Error | null, unknown];
 
@@ -46,7 +43,7 @@ export class GroupStatusReader {
       const last = value(base + 3) as Array<[string, string[]]>;
       const lastId = last[0]?.[0] ?? null;
       const { lag, capped } =
-        lastId === null || lastId === committed ? { lag: 0, capped: false } : await this.countAfter(p, committed ?? '0-0');
+        lastId === null || lastId === committed ? { lag: 0, capped: false } : await countEntriesAfter(this.redis, p, committed ?? '0-0');
       partitionStatus.push({
         partition: p,
         committed,
@@ -66,22 +63,6 @@ export class GroupStatusReader {
       deadLetters: value(4) as number,
       lastSeen: seen ? new Date(Number(seen)) : null,
     };
-  }
-
-  /** Entries after `after` in a partition, counted in pages up to the cap. */
-  async countAfter(partition: number, after: string, cap = LAG_COUNT_CAP): Promise<{ lag: number; capped: boolean }> {
-    const stream = this.redis.keys.stream(partition);
-    let count = 0;
-    let cursor = after;
-    while (count < cap) {
-      const want = Math.min(PAGE, cap - count);
-      const page = await this.redis.client.xrange(stream, `(${cursor}`, '+', 'COUNT', want);
-      count += page.length;
-      if (page.length < want) return { lag: count, capped: false };
-      cursor = page[page.length - 1][0];
-    }
-    const more = await this.redis.client.xrange(stream, `(${cursor}`, '+', 'COUNT', 1);
-    return { lag: count, capped: more.length > 0 };
   }
 
   private members(scored: string[], info: Record<string, string>, now: number): MemberStatus[] {

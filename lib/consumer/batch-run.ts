@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed, MalformedEntry, RawEntry } from '../log/codec';
+import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { GroupStats } from './group-stats';
 import { HANDLED, MessageProcessor, Outcome } from './message-processor';
 import type { Semaphore } from './semaphore';
@@ -13,6 +14,8 @@ export interface BatchContext {
   semaphore: Semaphore;
   stop: StopSignal;
   stats: GroupStats;
+  group: string;
+  metrics: MetricsHooks;
   /**
    * With idempotency on: ids already recorded as done (checked once per batch).
    * Entries with these ids, or with the id of an entry handled earlier in this
@@ -62,16 +65,17 @@ export class BatchRun {
   }
 
   private async runInOrder(): Promise<void> {
-    const { entries, done } = this;
+    const { entries } = this;
     const { processor, semaphore, stop, partition } = this.context;
     for (let i = 0; i < entries.length; i++) {
       if (!processor.wants(entries[i])) {
-        done[i] = 1;
+        this.passOver(i);
         continue;
       }
       if (this.isDuplicate(i)) continue;
       // Inlined runOne: this loop is the drain hot path, one frame per entry less.
       if (!semaphore.tryAcquire()) await semaphore.acquire();
+      const started = this.context.metrics.wantsDuration ? performance.now() : 0;
       let outcome: Outcome;
       try {
         if (stop.stopped) return;
@@ -83,7 +87,7 @@ export class BatchRun {
       } finally {
         semaphore.release();
       }
-      if (!this.settle(i, outcome)) return;
+      if (!this.settle(i, outcome, started)) return;
     }
   }
 
@@ -93,7 +97,7 @@ export class BatchRun {
     for (let i = 0; i < this.entries.length; i++) {
       const entry = this.entries[i];
       if (!this.context.processor.wants(entry)) {
-        this.done[i] = 1;
+        this.passOver(i);
         continue;
       }
       // A malformed entry has no trustworthy key: it waits for nobody.
@@ -112,9 +116,10 @@ export class BatchRun {
     if (this.isDuplicate(index)) return true;
     const { processor, semaphore, stop, partition } = this.context;
     if (!semaphore.tryAcquire()) await semaphore.acquire();
+    const started = this.context.metrics.wantsDuration ? performance.now() : 0;
     try {
       if (stop.stopped) return false;
-      return this.settle(index, await processor.process(this.entries[index], partition, stop));
+      return this.settle(index, await processor.process(this.entries[index], partition, stop), started);
     } catch (error) {
       this.reportFailure(index, error);
       return false;
@@ -124,12 +129,15 @@ export class BatchRun {
   }
 
   /** Records an outcome; false when the entry is not done (the run stops there). */
-  private settle(index: number, outcome: Outcome): boolean {
+  private settle(index: number, outcome: Outcome, started: number): boolean {
     if (!outcome) return false;
     this.done[index] = 1;
-    const { stats, alreadyDone } = this.context;
+    const { stats, alreadyDone, metrics } = this.context;
     if (outcome === HANDLED) {
       stats.handled++;
+      if (metrics.wantsDuration) {
+        metrics.emit('onMessageProcessed', this.context.group, (this.entries[index] as RawEntry).event, performance.now() - started);
+      }
       if (alreadyDone) {
         const id = (this.entries[index] as RawEntry).id;
         this.handledIds.push(id);
@@ -143,12 +151,20 @@ export class BatchRun {
 
   /** With idempotency on, an entry whose event id is already done is skipped without a call. */
   private isDuplicate(index: number): boolean {
-    const { alreadyDone, stats } = this.context;
+    const { alreadyDone, stats, metrics } = this.context;
     const entry = this.entries[index];
     if (!alreadyDone || isMalformed(entry) || !alreadyDone.has(entry.id)) return false;
     this.done[index] = 1;
     stats.skippedDuplicates++;
+    metrics.emit('onMessageSkipped', this.context.group, 'duplicate', entry.offset);
     return true;
+  }
+
+  /** An entry this group has no handler for: done without a call. */
+  private passOver(index: number): void {
+    this.done[index] = 1;
+    const { metrics, group } = this.context;
+    if (metrics.wantsSkips) metrics.emit('onMessageSkipped', group, 'no-handler', this.entries[index].offset);
   }
 
   private reportFailure(index: number, error: unknown): void {

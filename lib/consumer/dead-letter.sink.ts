@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed } from '../log/codec';
 import { encodeDeadLetter } from '../log/dead-letter.codec';
+import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { FailedMessage, FailedMessageSink } from './failed-message';
 
@@ -15,12 +16,14 @@ export class DeadLetterSink implements FailedMessageSink {
   constructor(
     private readonly redis: EventrailRedis,
     private readonly workerId: string,
+    private readonly metrics: MetricsHooks,
   ) {}
 
   async accept(failed: FailedMessage): Promise<void> {
     const { entry } = failed;
     const fields = encodeDeadLetter(failed, this.workerId);
-    await this.redis.client.xadd(this.redis.keys.deadLetters(failed.group), '*', ...fields);
+    const letterId = (await this.redis.client.xadd(this.redis.keys.deadLetters(failed.group), '*', ...fields)) as string;
+    this.metrics.emit('onMessageDeadLettered', failed.group, isMalformed(entry) ? '(malformed)' : entry.event, entry.offset, letterId);
     const id = isMalformed(entry) ? entry.offset : `${entry.id} (${entry.event})`;
     const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
     this.logger.error(

@@ -9,6 +9,7 @@ import type { HandlerMap } from './handler-binding';
 import { DeadLetterSink } from './dead-letter.sink';
 import type { GroupStats } from './group-stats';
 import { RebalanceSignal } from './rebalance-signal';
+import { MetricsHooks } from '../metrics/eventrail-metrics';
 
 /**
  * The consumer groups of this process. Started on bootstrap unless
@@ -21,6 +22,7 @@ export class EventrailConsumers implements OnModuleDestroy {
   private readonly groups = new Map<string, GroupConsumer>();
   private readonly signal: RebalanceSignal;
   private readonly identity: WorkerIdentity;
+  private readonly metrics: MetricsHooks;
   private starting?: Promise<void>;
   private started = false;
 
@@ -29,6 +31,7 @@ export class EventrailConsumers implements OnModuleDestroy {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {
     this.signal = new RebalanceSignal(redis);
+    this.metrics = new MetricsHooks(options.metrics);
     const host = hostname();
     this.identity = { id: `${host}:${process.pid}:${randomBytes(4).toString('hex')}`, host, pid: process.pid, startedAt: Date.now() };
   }
@@ -44,9 +47,9 @@ export class EventrailConsumers implements OnModuleDestroy {
     for (const { path, options: decoratorOptions } of declared) {
       options = resolveConsumerOptions(path, decoratorOptions, options);
     }
-    const sink = new DeadLetterSink(this.redis, this.identity.id);
+    const sink = new DeadLetterSink(this.redis, this.identity.id, this.metrics);
     const announce = (name: string): Promise<void> => this.signal.announce(name);
-    this.groups.set(group, new GroupConsumer(group, handlers, options, this.redis, this.identity, sink, announce));
+    this.groups.set(group, new GroupConsumer(group, handlers, options, this.redis, this.identity, sink, announce, this.metrics));
   }
 
   groupNames(): string[] {

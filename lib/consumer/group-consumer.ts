@@ -3,6 +3,8 @@ import type { InitialOffset, ResolvedConsumerOptions } from '../eventrail.option
 import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { eventrailPipeline } from '../scripts/scripts';
+import { countEntriesAfter } from '../log/lag';
+import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import { newGroupStats } from './group-stats';
 import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './handler-binding';
@@ -48,12 +50,13 @@ export class GroupConsumer {
     sink: FailedMessageSink,
     /** Tells the other workers of the group to rebalance now. */
     private readonly announce: (group: string) => Promise<void>,
+    private readonly metrics: MetricsHooks,
   ) {
     this.semaphore = new Semaphore(options.concurrency);
     // Member info for the admin API; with the TTL, the heartbeat expiry gives the last heartbeat.
     const { host, pid, startedAt } = worker;
     this.info = JSON.stringify({ host, pid, startedAt, heartbeatTtlMs: options.heartbeatTtlMs });
-    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore);
+    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics);
   }
 
   /** Partitions this process works right now. */
@@ -132,10 +135,18 @@ export class GroupConsumer {
       this.tickFailing = false;
       this.members = members as string[];
       await this.rebalance();
+      if (this.metrics.wantsLag) await this.sampleLag();
     } catch (error) {
       if (!this.tickFailing) this.logger.warn(`Group "${this.name}": heartbeat failed (${(error as Error).message}); retrying`);
       this.tickFailing = true;
     }
+  }
+
+  /** Reports the lag of the partitions this process works (counted up to `LAG_COUNT_CAP`). */
+  private async sampleLag(): Promise<void> {
+    const owned = [...this.workers.values()].filter((w) => w.active);
+    const lags = await Promise.all(owned.map((w) => countEntriesAfter(this.redis, w.partition, w.committedOffset)));
+    owned.forEach((w, i) => this.metrics.emit('onLag', this.name, w.partition, lags[i].lag));
   }
 
   /** One rebalance at a time; a request during one runs once more afterwards. */
@@ -222,6 +233,7 @@ export class GroupConsumer {
         committed,
         deliveries,
         stats: this.stats,
+        metrics: this.metrics,
         redis: this.redis,
         processor: this.processor,
         semaphore: this.semaphore,
@@ -229,6 +241,7 @@ export class GroupConsumer {
       });
       this.workers.set(partition, worker);
       worker.start((ended) => this.onWorkerEnd(ended));
+      this.metrics.emit('onLeaseAcquired', this.name, partition);
       acquired++;
       const recovering = deliveries > 0 ? ` after a worker died (delivery ${deliveries} of the next entry)` : '';
       this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}${recovering}`);
@@ -240,7 +253,9 @@ export class GroupConsumer {
     // Wait for its stop to finish (commit, release) before the slot counts as free.
     void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
       if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
-      if (worker.wasLost && this.running) void this.rebalance().catch(() => undefined);
+      if (!worker.wasLost) return;
+      this.metrics.emit('onLeaseLost', this.name, worker.partition);
+      if (this.running) void this.rebalance().catch(() => undefined);
     });
   }
 

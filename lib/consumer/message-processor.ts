@@ -7,6 +7,7 @@ import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } fro
 import { retryDelayMs } from './backoff';
 import type { FailedMessageSink, GiveUpReason } from './failed-message';
 import type { HandlerBinding, HandlerMap } from './handler-binding';
+import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 
@@ -33,6 +34,7 @@ export class MessageProcessor {
     private readonly sink: FailedMessageSink,
     /** The group's concurrency limit; the caller holds a permit while an entry runs. */
     private readonly semaphore: Semaphore,
+    private readonly metrics: MetricsHooks,
   ) {}
 
   /** True when the group handles this entry; other entries are done without a call. */
@@ -107,6 +109,7 @@ export class MessageProcessor {
     firstFailedAt = new Date(),
   ): Promise<Outcome> {
     const now = new Date();
+    this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
     if (error instanceof NonRetryableError) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
     if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
     const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);

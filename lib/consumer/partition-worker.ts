@@ -5,6 +5,7 @@ import { isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { BatchContext, BatchRun } from './batch-run';
+import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { GroupStats } from './group-stats';
 import type { MessageProcessor } from './message-processor';
 import type { Semaphore } from './semaphore';
@@ -29,6 +30,7 @@ export interface PartitionWorkerParams {
    */
   deliveries: number;
   stats: GroupStats;
+  metrics: MetricsHooks;
   redis: EventrailRedis;
   processor: MessageProcessor;
   semaphore: Semaphore;
@@ -59,8 +61,8 @@ export class PartitionWorker {
   constructor(private readonly params: PartitionWorkerParams) {
     this.streamKey = params.redis.keys.stream(params.partition);
     this.committed = params.committed;
-    const { partition, processor, semaphore, stats } = params;
-    this.batchContext = { partition, processor, semaphore, stop: this.stop, stats };
+    const { partition, processor, semaphore, stats, group, metrics } = params;
+    this.batchContext = { partition, processor, semaphore, stop: this.stop, stats, group, metrics };
   }
 
   get partition(): number {
@@ -74,6 +76,11 @@ export class PartitionWorker {
   /** False once the worker was told to stop or lost its lease. */
   get active(): boolean {
     return !this.draining;
+  }
+
+  /** The offset this worker last committed (or found when it took the partition). */
+  get committedOffset(): string {
+    return this.committed;
   }
 
   /** True when the worker ended because its lease was taken over. */

@@ -1,0 +1,53 @@
+import { Logger } from '@nestjs/common';
+
+/** Why an entry was passed over without a handler call. */
+export type SkipReason = 'duplicate' | 'no-handler';
+
+/**
+ * Hooks the consumer calls as it works, for metrics. All optional; each is
+ * called synchronously on the consumer's path, so keep them cheap. A hook that
+ * throws is logged and never breaks consuming.
+ */
+export interface EventrailMetrics {
+  /** A message's handlers all succeeded; `durationMs` covers every attempt. */
+  onMessageProcessed?(group: string, event: string, durationMs: number): void;
+  /** One handler attempt failed (it may be retried). */
+  onHandlerError?(group: string, event: string, error: unknown, attempt: number): void;
+  /** A message was written to the dead-letter stream; `id` is the dead letter's id. */
+  onMessageDeadLettered?(group: string, event: string, offset: string, id: string): void;
+  /** Entries after the committed offset of a partition this process works, sampled every heartbeat. */
+  onLag?(group: string, partition: number, lag: number): void;
+  onLeaseAcquired?(group: string, partition: number): void;
+  onLeaseLost?(group: string, partition: number): void;
+  /** An entry was passed over: already done (idempotency) or no handler for its event in this group. */
+  onMessageSkipped?(group: string, reason: SkipReason, offset: string): void;
+}
+
+type Hook = keyof EventrailMetrics;
+
+/** Calls the application's hooks, catching and logging (once per hook) whatever they throw. */
+export class MetricsHooks {
+  private readonly logger = new Logger('EventrailMetrics');
+  private readonly reported = new Set<Hook>();
+  readonly wantsDuration: boolean;
+  readonly wantsLag: boolean;
+  readonly wantsSkips: boolean;
+
+  constructor(private readonly hooks: EventrailMetrics = {}) {
+    this.wantsDuration = typeof hooks.onMessageProcessed === 'function';
+    this.wantsLag = typeof hooks.onLag === 'function';
+    this.wantsSkips = typeof hooks.onMessageSkipped === 'function';
+  }
+
+  emit<K extends Hook>(hook: K, ...args: Parameters<NonNullable<EventrailMetrics[K]>>): void {
+    const fn = this.hooks[hook] as ((...a: unknown[]) => void) | undefined;
+    if (!fn) return;
+    try {
+      fn.apply(this.hooks, args);
+    } catch (error) {
+      if (this.reported.has(hook)) return;
+      this.reported.add(hook);
+      this.logger.error(`metrics.${hook} threw (reported once, consuming goes on): ${(error as Error).message}`, (error as Error).stack);
+    }
+  }
+}

@@ -1,0 +1,63 @@
+import { Counter, Gauge, Histogram, register as defaultRegistry, Registry } from 'prom-client';
+import type { EventrailMetrics } from './eventrail-metrics';
+
+export interface PrometheusMetricsOptions {
+  /** Registry to register the metrics in. @default prom-client's global registry */
+  registry?: Registry;
+  /** Prefix of every metric name. @default 'eventrail_' */
+  prefix?: string;
+  /** Buckets of the handler duration histogram, in seconds. */
+  buckets?: number[];
+}
+
+/**
+ * Metrics hooks that feed `prom-client` (an optional peer dependency):
+ * counters and a duration histogram labelled by group and event, a lag gauge
+ * per group and partition, and lease changes. Pass the result as the module's
+ * `metrics` option and expose the registry (for example on `/metrics`).
+ */
+export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}): EventrailMetrics {
+  const registry = options.registry ?? defaultRegistry;
+  const prefix = options.prefix ?? 'eventrail_';
+  const counter = (name: string, help: string, labelNames: string[]): Counter =>
+    (registry.getSingleMetric(prefix + name) as Counter | undefined) ??
+    new Counter({ name: prefix + name, help, labelNames, registers: [registry] });
+
+  const processed = counter('messages_processed_total', 'Messages whose handlers all succeeded', ['group', 'event']);
+  const errors = counter('handler_errors_total', 'Failed handler attempts (retried or not)', ['group', 'event']);
+  const deadLettered = counter('messages_dead_lettered_total', 'Messages written to the dead-letter stream', ['group', 'event']);
+  const skipped = counter('messages_skipped_total', 'Entries passed over without a handler call', ['group', 'reason']);
+  const leases = counter('lease_changes_total', 'Partition leases taken and lost by this process', ['group', 'change']);
+  const durationName = `${prefix}handler_duration_seconds`;
+  const duration =
+    (registry.getSingleMetric(durationName) as Histogram | undefined) ??
+    new Histogram({
+      name: durationName,
+      help: 'Time from the first attempt of a message to the success of its handlers',
+      labelNames: ['group', 'event'],
+      buckets: options.buckets ?? [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30],
+      registers: [registry],
+    });
+  const lagName = `${prefix}lag`;
+  const lag =
+    (registry.getSingleMetric(lagName) as Gauge | undefined) ??
+    new Gauge({
+      name: lagName,
+      help: 'Entries after the committed offset (sampled every heartbeat)',
+      labelNames: ['group', 'partition'],
+      registers: [registry],
+    });
+
+  return {
+    onMessageProcessed: (group, event, durationMs) => {
+      processed.inc({ group, event });
+      duration.observe({ group, event }, durationMs / 1000);
+    },
+    onHandlerError: (group, event) => errors.inc({ group, event }),
+    onMessageDeadLettered: (group, event) => deadLettered.inc({ group, event }),
+    onMessageSkipped: (group, reason) => skipped.inc({ group, reason }),
+    onLag: (group, partition, value) => lag.set({ group, partition: String(partition) }, value),
+    onLeaseAcquired: (group) => leases.inc({ group, change: 'acquired' }),
+    onLeaseLost: (group) => leases.inc({ group, change: 'lost' }),
+  };
+}
