@@ -2,34 +2,32 @@ import { countEntriesAfter } from '../log/lag';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { GroupStatus, MemberStatus, PartitionStatus } from './admin.types';
 
-type Reply = [Error | null, unknown];
-
-/** Reads a group's membership, offsets, leases and lag: one pipeline, plus a count only where there is lag. */
+/** Reads a group's membership, offsets, leases and lag: one round trip, plus a count only where there is lag. */
 export class GroupStatusReader {
   constructor(private readonly redis: EventrailRedis) {}
 
   async read(group: string): Promise<GroupStatus> {
     const { keys, client } = this.redis;
     const partitions = keys.partitions;
-    const pipeline = client.pipeline();
-    pipeline.smembers(keys.events(group));
-    pipeline.zrange(keys.members(group), '0', '-1', 'WITHSCORES');
-    pipeline.hgetall(keys.memberInfo(group));
-    pipeline.get(keys.seen(group));
-    pipeline.xlen(keys.deadLetters(group));
-    pipeline.time();
+    // Separate commands sent together: one round trip, and on a cluster they may live in different slots.
+    const commands: Array<Promise<unknown>> = [
+      client.smembers(keys.events(group)),
+      client.zrange(keys.members(group), '0', '-1', 'WITHSCORES'),
+      client.hgetall(keys.memberInfo(group)),
+      client.get(keys.seen(group)),
+      client.xlen(keys.deadLetters(group)),
+      client.time(),
+    ];
     for (let p = 0; p < partitions; p++) {
-      pipeline.get(keys.offset(group, p));
-      pipeline.get(keys.lease(group, p));
-      pipeline.pttl(keys.lease(group, p));
-      pipeline.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1);
+      commands.push(
+        client.get(keys.offset(group, p)),
+        client.get(keys.lease(group, p)),
+        client.pttl(keys.lease(group, p)),
+        client.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1),
+      );
     }
-    const replies = ((await pipeline.exec()) ?? []) as Reply[];
-    const value = (i: number): unknown => {
-      const [error, result] = replies[i] ?? [new Error('no reply'), null];
-      if (error) throw error;
-      return result;
-    };
+    const replies = await Promise.all(commands);
+    const value = (i: number): unknown => replies[i];
     const [seconds, micros] = value(5) as [string, string];
     const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
     const members = this.members(value(1) as string[], value(2) as Record<string, string>, now);

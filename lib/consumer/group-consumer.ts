@@ -2,7 +2,6 @@ import { Logger } from '@nestjs/common';
 import type { InitialOffset, ResolvedConsumerOptions } from '../eventrail.options';
 import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline } from '../scripts/scripts';
 import { countEntriesAfter } from '../log/lag';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import { newGroupStats } from './group-stats';
@@ -69,11 +68,7 @@ export class GroupConsumer {
 
   async start(): Promise<void> {
     const { keys, client } = this.redis;
-    await client
-      .pipeline()
-      .sadd(keys.groups, this.name)
-      .sadd(keys.events(this.name), ...this.handlers.keys())
-      .exec();
+    await Promise.all([client.sadd(keys.groups, this.name), client.sadd(keys.events(this.name), ...this.handlers.keys())]);
     this.members = await this.heartbeat();
     this.running = true;
     await this.announce(this.name);
@@ -112,28 +107,30 @@ export class GroupConsumer {
     }
   }
 
-  /** Heartbeat and lease renewals in one round trip, then a rebalance if the membership changed. */
+  /**
+   * Heartbeat and lease renewals, sent together (one round trip; separate
+   * commands because on a cluster they live in different slots), then a
+   * rebalance if the membership changed.
+   */
   private async tick(): Promise<void> {
     if (!this.running) return;
     const { keys, client } = this.redis;
     const owned = [...this.workers.values()].filter((w) => w.active);
     try {
-      const pipeline = eventrailPipeline(client);
-      pipeline.eventrailHeartbeat(...this.heartbeatArgs());
-      for (const w of owned) pipeline.eventrailRenewLease(keys.lease(this.name, w.partition), w.token, this.options.lockTtlMs);
-      const replies = (await pipeline.exec()) ?? [];
-      const [heartbeatError, members] = replies[0] ?? [];
-      if (heartbeatError) throw heartbeatError;
+      const renewals = owned.map((w) =>
+        client.eventrailRenewLease(keys.lease(this.name, w.partition), w.token, this.options.lockTtlMs).catch(() => -1),
+      );
+      const [members, ...renewed] = await Promise.all([this.heartbeat(), ...renewals]);
       owned.forEach((w, i) => {
-        const [error, renewed] = replies[i + 1] ?? [];
-        if (!error && renewed === 0) {
+        // -1: the renewal failed to reach Redis; the lease may still hold, try again next tick.
+        if (renewed[i] === 0) {
           this.logger.warn(`Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`);
           w.abort();
         }
       });
       if (this.tickFailing) this.logger.log(`Group "${this.name}": Redis answers again`);
       this.tickFailing = false;
-      this.members = members as string[];
+      this.members = members;
       await this.rebalance();
       if (this.metrics.wantsLag) await this.sampleLag();
     } catch (error) {
@@ -198,26 +195,28 @@ export class GroupConsumer {
   private async acquire(partitions: number[]): Promise<number> {
     const { keys, client } = this.redis;
     const [mode, initialId] = initialOffsetArgs(this.options.initialOffset);
-    const pipeline = eventrailPipeline(client);
-    for (const p of partitions) {
-      pipeline.eventrailAcquireLease(
-        keys.lease(this.name, p),
-        keys.epoch(this.name, p),
-        keys.offset(this.name, p),
-        keys.stream(p),
-        keys.recovery(this.name, p),
-        this.worker.id,
-        this.options.lockTtlMs,
-        mode,
-        initialId,
-      );
-    }
-    const replies = (await pipeline.exec()) ?? [];
+    const replies = await Promise.all(
+      partitions.map((p) =>
+        client
+          .eventrailAcquireLease(
+            keys.lease(this.name, p),
+            keys.epoch(this.name, p),
+            keys.offset(this.name, p),
+            keys.stream(p),
+            keys.recovery(this.name, p),
+            this.worker.id,
+            this.options.lockTtlMs,
+            mode,
+            initialId,
+          )
+          .catch(() => null),
+      ),
+    );
     let acquired = 0;
     partitions.forEach((partition, i) => {
-      const [error, reply] = replies[i] ?? [];
-      if (error || !reply) return;
-      const [token, committed, deliveries] = reply as [string, string, number];
+      const reply = replies[i];
+      if (!reply) return;
+      const [token, committed, deliveries] = reply;
       if (!this.running) {
         // Stopped while the acquire was in flight: give the lease straight back.
         const epoch = token.slice(token.lastIndexOf(':') + 1);

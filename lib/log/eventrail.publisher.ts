@@ -5,7 +5,7 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline } from '../scripts/scripts';
+import { EventrailPipeline, eventrailPipeline } from '../scripts/scripts';
 import { encodeFields } from './codec';
 import { newEventId } from './event-id';
 import { partitionForKey } from './partitioner';
@@ -95,16 +95,9 @@ export class EventrailPublisher {
     const prepared = events.map((input) => this.prepare(input?.event, input?.data, input ?? {}, now));
     if (prepared.length === 0) return [];
     this.assertReady();
-    const { keys, client } = this.redis;
-    const pipeline = eventrailPipeline(client);
-    for (const p of prepared) {
-      if (p.dedup)
-        pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
-      else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
-    }
-    let replies: Array<[Error | null, unknown]> | null;
+    let replies: Array<[Error | null, unknown]>;
     try {
-      replies = await pipeline.exec();
+      replies = await this.append(prepared);
     } catch (error) {
       throw new RedisUnavailableError(`publishMany of ${prepared.length} events failed`, error);
     }
@@ -112,7 +105,7 @@ export class EventrailPublisher {
     let failed: Error | undefined;
     let appended = 0;
     for (let i = 0; i < prepared.length; i++) {
-      const [error, reply] = replies?.[i] ?? [new Error('no reply'), null];
+      const [error, reply] = replies[i] ?? [new Error('no reply'), null];
       if (error) failed ??= error;
       else appended++;
       const { id, partition, dedup } = prepared[i];
@@ -123,6 +116,44 @@ export class EventrailPublisher {
       throw new RedisUnavailableError(`publishMany: ${prepared.length - appended} of ${prepared.length} events were not appended`, failed);
     }
     return results;
+  }
+
+  /**
+   * Sends the appends as one pipeline, which keeps their order. On a cluster a
+   * pipeline may only touch one slot, so there it is one pipeline per
+   * partition, sent together; order within a partition is what is promised.
+   */
+  private async append(prepared: Prepared[]): Promise<Array<[Error | null, unknown]>> {
+    const { client } = this.redis;
+    if (!this.redis.isCluster) return (await this.queue(eventrailPipeline(client), prepared).exec()) ?? [];
+    const byPartition = new Map<number, number[]>();
+    prepared.forEach((p, i) => {
+      const indexes = byPartition.get(p.partition);
+      if (indexes) indexes.push(i);
+      else byPartition.set(p.partition, [i]);
+    });
+    const replies: Array<[Error | null, unknown]> = new Array(prepared.length);
+    await Promise.all(
+      [...byPartition.values()].map(async (indexes) => {
+        const partReplies =
+          (await this.queue(
+            eventrailPipeline(client),
+            indexes.map((i) => prepared[i]),
+          ).exec()) ?? [];
+        indexes.forEach((index, j) => (replies[index] = partReplies[j] ?? [new Error('no reply'), null]));
+      }),
+    );
+    return replies;
+  }
+
+  private queue(pipeline: EventrailPipeline, prepared: Prepared[]): EventrailPipeline {
+    const { keys } = this.redis;
+    for (const p of prepared) {
+      if (p.dedup)
+        pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
+      else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
+    }
+    return pipeline;
   }
 
   private prepare(event: string, data: unknown, options: PublishOptions, now: number): Prepared {

@@ -68,6 +68,11 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     return this.prepared;
   }
 
+  /** True on Redis Cluster, where one pipeline may only touch one slot. */
+  get isCluster(): boolean {
+    return (this.client as { isCluster?: boolean }).isCluster === true;
+  }
+
   /** True while the connection is usable; publish refuses otherwise instead of queueing. */
   isReady(): boolean {
     return this.client.status === 'ready';

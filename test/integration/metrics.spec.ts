@@ -8,7 +8,7 @@ import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/he
 
 @Injectable()
 class Shipping {
-  @OnEvent('order.paid', { group: 'shipping', lockTtlMs: 600 })
+  @OnEvent('order.paid', { group: 'shipping', lockTtlMs: 1500 })
   ship(message: EventrailMessage<{ ok: boolean }>): void {
     if (!message.data.ok) throw new NonRetryableError('cannot ship');
   }
@@ -61,7 +61,9 @@ describe('metrics hooks', () => {
     await waitFor(() => calls.some((c) => c[0] === 'lag'), 'lag sampled at a heartbeat');
 
     const of = (name: string): unknown[][] => calls.filter((c) => c[0] === name).map((c) => c.slice(1));
-    expect(of('acquired')).toEqual([['shipping', 0]]);
+    expect(of('acquired')[0]).toEqual(['shipping', 0]);
+    // A lease lost and taken again would show as a pair; on a loaded machine a late renewal can do that.
+    expect(of('lost')).toHaveLength(of('acquired').length - 1);
     expect(of('processed').map((c) => c.slice(0, 2))).toEqual([
       ['shipping', 'order.paid'],
       ['shipping', 'order.paid'],
@@ -71,7 +73,6 @@ describe('metrics hooks', () => {
     expect(of('deadLettered')).toEqual([['shipping', 'order.paid', bad.offset, expect.stringMatching(/^\d+-\d+$/)]]);
     expect(of('skipped')).toEqual([['shipping', 'no-handler', other.offset]]);
     expect(of('lag')[0]).toEqual(['shipping', 0, 0]);
-    expect(of('lost')).toEqual([]);
     expect([good.offset, again.offset]).toHaveLength(2);
   });
 

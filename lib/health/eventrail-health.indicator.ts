@@ -1,0 +1,128 @@
+import { Injectable } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus';
+import type { GroupStatus } from '../admin/admin.types';
+import { EventrailAdmin } from '../admin/eventrail-admin';
+import { EventrailConsumers } from '../consumer/eventrail-consumers';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { UnknownGroupError } from '../errors/unknown-group.error';
+import { EventrailRedis } from '../redis/eventrail-redis';
+import { evaluateGroup, GroupHealth } from './group-health';
+
+/** How long a health check waits for Redis by default, like Terminus's own indicators. */
+export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
+
+export interface EventrailHealthOptions {
+  /**
+   * Most entries a group may have after its committed offsets (summed over its
+   * partitions); more and the check is `down`. Lag is counted up to
+   * `LAG_COUNT_CAP` per partition, so keep the limit below it.
+   * @default no limit
+   */
+  maxLag?: number;
+  /** Most dead letters a group may have; more and the check is `down`. @default no limit */
+  maxDeadLetters?: number;
+  /** How long Redis has to answer the whole check before it is `down`. @default 1000 */
+  timeoutMs?: number;
+}
+
+const TIMED_OUT = Symbol('timed out');
+
+/**
+ * Terminus health indicator for eventrail. `up` when Redis answers within the
+ * timeout and every group consumed in this process has a running worker, a
+ * live lease on each of its partitions (held by any live member of the group,
+ * in this process or another) and lag and dead letters within the limits.
+ * Anything else is reported as `down` with details per group, never thrown,
+ * so the health endpoint answers 503 with the reason.
+ */
+@Injectable()
+export class EventrailHealthIndicator {
+  private redis?: EventrailRedis;
+
+  constructor(
+    private readonly health: HealthIndicatorService,
+    private readonly consumers: EventrailConsumers,
+    private readonly admin: EventrailAdmin,
+    private readonly moduleRef: ModuleRef,
+  ) {}
+
+  async isHealthy<const Key extends string = 'eventrail'>(
+    key: Key = 'eventrail' as Key,
+    options: EventrailHealthOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
+    const { timeoutMs, ...limits } = validate(options);
+    const indicator = this.health.check(key);
+    const redis = this.connection();
+    // Not connected (reconnecting, closed): say so at once rather than wait out the timeout.
+    if (!redis.isReady()) return indicator.down({ message: `Redis is not connected (connection ${redis.client.status})` });
+
+    const started = Date.now();
+    const inspection = this.inspect(redis, limits);
+    let groups: Record<string, GroupHealth> | typeof TIMED_OUT;
+    try {
+      groups = await within(timeoutMs, inspection);
+    } catch (error) {
+      return indicator.down({ message: `Redis did not answer: ${(error as Error).message}`, responseTimeMs: Date.now() - started });
+    }
+    if (groups === TIMED_OUT) return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms`, timeoutMs });
+
+    const data = { responseTimeMs: Date.now() - started, workerId: this.consumers.workerId, groups };
+    const problems = Object.entries(groups).flatMap(([name, group]) => group.problems.map((problem) => `${name}: ${problem}`));
+    return problems.length === 0 ? indicator.up(data) : indicator.down({ message: problems.join('; '), ...data });
+  }
+
+  /** PING and the status of every group of this process, in parallel: one timeout covers them all. */
+  private async inspect(
+    redis: EventrailRedis,
+    limits: { maxLag?: number; maxDeadLetters?: number },
+  ): Promise<Record<string, GroupHealth>> {
+    const names = this.consumers.groupNames().sort();
+    const ownership = this.consumers.ownership();
+    const running = this.consumers.isRunning;
+    const workerId = this.consumers.workerId;
+    const [, statuses] = await Promise.all([redis.client.ping(), Promise.all(names.map((name) => this.readGroup(name)))]);
+    return Object.fromEntries(
+      names.map((name, i) => [name, evaluateGroup(statuses[i], { running, workerId, ownedHere: ownership[name] ?? [] }, limits)]),
+    );
+  }
+
+  private readGroup(name: string): Promise<GroupStatus | null> {
+    return this.admin.group(name).catch((error: unknown) => {
+      if (error instanceof UnknownGroupError) return null;
+      throw error;
+    });
+  }
+
+  /**
+   * EventrailModule keeps its connection to itself (it exports the publisher,
+   * the consumers and the admin service), so the PING goes through the
+   * instance found across modules.
+   */
+  private connection(): EventrailRedis {
+    this.redis ??= this.moduleRef.get(EventrailRedis, { strict: false });
+    return this.redis;
+  }
+}
+
+function validate(options: EventrailHealthOptions): Required<Pick<EventrailHealthOptions, 'timeoutMs'>> & EventrailHealthOptions {
+  const { maxLag, maxDeadLetters, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
+  const count = (name: string, value: number | undefined): void => {
+    if (value !== undefined && (!Number.isSafeInteger(value) || value < 0)) throw new InvalidOptionError(name, value, 'an integer >= 0');
+  };
+  count('maxLag', maxLag);
+  count('maxDeadLetters', maxDeadLetters);
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new InvalidOptionError('timeoutMs', timeoutMs, 'an integer >= 1');
+  return { maxLag, maxDeadLetters, timeoutMs };
+}
+
+/** Settles with `work`, or with TIMED_OUT after `ms`; a late rejection of `work` is handled by the race. */
+async function within<T>(ms: number, work: Promise<T>): Promise<T | typeof TIMED_OUT> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<typeof TIMED_OUT>((resolve) => (timer = setTimeout(() => resolve(TIMED_OUT), ms)));
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
