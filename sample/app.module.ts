@@ -1,17 +1,39 @@
 import { Module } from '@nestjs/common';
+import { TerminusModule } from '@nestjs/terminus';
+import { LoggerModule } from 'nestjs-pino';
+import { Registry } from 'prom-client';
 import { EventrailModule } from '../lib';
+import { EventrailHealthModule } from '../lib/health';
+import { createPrometheusMetrics } from '../lib/prometheus';
+import { GroupGauges } from './group-gauges';
+import { HealthController } from './health.controller';
 import { LedgerController } from './ledger.controller';
 import { LedgerService } from './ledger.service';
 import { MailerService } from './mailer.service';
+import { MetricsController } from './metrics.controller';
+import { MetricsModule } from './metrics.module';
 import { PaymentsController } from './payments.controller';
 
 @Module({
   imports: [
+    // JSON lines on stdout, eventrail's logs included (it logs through Nest's Logger).
+    // Probes of /health and /metrics would drown the rest: no request line for them.
+    LoggerModule.forRoot({ pinoHttp: { autoLogging: { ignore: (req) => req.url === '/health' || req.url === '/metrics' } } }),
+    MetricsModule,
     // Redis comes from EVENTRAIL_REDIS_URL (`npm run sample` sets it). A prefix of
     // its own keeps the sample's keys apart from anything else in that Redis.
-    EventrailModule.forRoot({ prefix: process.env.EVENTRAIL_PREFIX ?? 'eventrail-sample', partitions: 4 }),
+    EventrailModule.forRootAsync({
+      inject: [Registry],
+      useFactory: (registry: Registry) => ({
+        prefix: process.env.EVENTRAIL_PREFIX ?? 'eventrail-sample',
+        partitions: 4,
+        metrics: createPrometheusMetrics({ registry }),
+      }),
+    }),
+    TerminusModule,
+    EventrailHealthModule,
   ],
-  controllers: [PaymentsController, LedgerController],
-  providers: [MailerService, LedgerService],
+  controllers: [PaymentsController, LedgerController, HealthController, MetricsController],
+  providers: [MailerService, LedgerService, GroupGauges],
 })
 export class AppModule {}

@@ -2,15 +2,20 @@
 //   curl -X POST localhost:3000/payments -H 'content-type: application/json' -d '{"amountCents":1250,"currency":"EUR"}'
 //   curl localhost:3000/payments/demo
 //   curl localhost:3000/ledger
-import { Logger } from '@nestjs/common';
+//   curl localhost:3000/health
+//   curl localhost:3000/metrics
+import { Logger as NestLogger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { Logger } from 'nestjs-pino';
 import type { AddressInfo } from 'node:net';
 import { AppModule } from './app.module';
 import { runSmoke } from './smoke';
 
 async function bootstrap(): Promise<void> {
   const smoke = process.env.SAMPLE_SMOKE === '1';
-  const app = await NestFactory.create(AppModule);
+  // Logs from startup are held until pino takes over, so every line is JSON.
+  const app = await NestFactory.create(AppModule, { bufferLogs: true });
+  app.useLogger(app.get(Logger));
   // On SIGINT/SIGTERM the consumers stop cleanly: running handlers finish,
   // offsets are committed and partitions handed over at once.
   app.enableShutdownHooks();
@@ -20,7 +25,7 @@ async function bootstrap(): Promise<void> {
   const baseUrl = `http://127.0.0.1:${port}`;
 
   if (!smoke) {
-    new Logger('Sample').log(`Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger`);
+    new NestLogger('Sample').log(`Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger, GET /health, GET /metrics`);
     return;
   }
   const ok = await runSmoke(app, baseUrl).catch((error: unknown) => {

@@ -5,10 +5,14 @@ import { MailerService } from './mailer.service';
 
 const PAYMENTS = 3;
 const TIMEOUT_MS = 30_000;
+/** Leases left by an earlier sample that died (not stopped) expire after `lockTtlMs` (30 s); allow for that. */
+const HEALTH_TIMEOUT_MS = 45_000;
 
 /**
  * SAMPLE_SMOKE=1: posts a few payments to the running app over HTTP and waits
- * until both groups have handled each one. CI runs it to prove the sample works.
+ * until both groups have handled each one, then checks that GET /health says
+ * ok and GET /metrics counts the processed messages. CI runs it to prove the
+ * sample works.
  */
 export async function runSmoke(app: INestApplication, baseUrl: string): Promise<boolean> {
   const started = Date.now();
@@ -37,9 +41,39 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const totals = await (await fetch(`${baseUrl}/ledger`)).json();
+  if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl))) return false;
   console.log(
     `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger in ${Date.now() - started} ms; ` +
-      `GET /ledger: ${JSON.stringify(totals)}`,
+      `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present`,
   );
   return true;
+}
+
+/** Polls GET /health until it answers 200 with `status: "ok"`. */
+async function healthIsOk(baseUrl: string): Promise<boolean> {
+  const deadline = Date.now() + HEALTH_TIMEOUT_MS;
+  for (;;) {
+    const response = await fetch(`${baseUrl}/health`);
+    const body = await response.text();
+    if (response.status === 200 && (JSON.parse(body) as { status?: unknown }).status === 'ok') return true;
+    if (Date.now() > deadline) {
+      console.error(`SAMPLE SMOKE FAILED: GET /health not ok after ${HEALTH_TIMEOUT_MS} ms; last answer: ${response.status} ${body}`);
+      return false;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** GET /metrics has the processed counter of both groups (hooks) and their live members (read from Redis). */
+async function metricsAreExposed(baseUrl: string): Promise<boolean> {
+  const response = await fetch(`${baseUrl}/metrics`);
+  const text = await response.text();
+  const expected = ['mailer', 'ledger'].flatMap((group) => [
+    `^eventrail_messages_processed_total\\{group="${group}",event="payment\\.completed"\\} [1-9]`,
+    `^eventrail_group_members\\{group="${group}"\\} [1-9]`,
+  ]);
+  const missing = expected.filter((pattern) => !new RegExp(pattern, 'm').test(text));
+  if (response.status === 200 && missing.length === 0) return true;
+  console.error(`SAMPLE SMOKE FAILED: GET /metrics (${response.status}) lacks ${missing.join(', ')}:\n${text.slice(0, 2000)}`);
+  return false;
 }

@@ -7,7 +7,7 @@ import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { evaluateGroup, GroupHealth } from './group-health';
+import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
 export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
@@ -58,10 +58,9 @@ export class EventrailHealthIndicator {
     if (!redis.isReady()) return indicator.down({ message: `Redis is not connected (connection ${redis.client.status})` });
 
     const started = Date.now();
-    const inspection = this.inspect(redis, limits);
     let groups: Record<string, GroupHealth> | typeof TIMED_OUT;
     try {
-      groups = await within(timeoutMs, inspection);
+      groups = await within(timeoutMs, this.inspect(redis, limits));
     } catch (error) {
       return indicator.down({ message: `Redis did not answer: ${(error as Error).message}`, responseTimeMs: Date.now() - started });
     }
@@ -73,10 +72,7 @@ export class EventrailHealthIndicator {
   }
 
   /** PING and the status of every group of this process, in parallel: one timeout covers them all. */
-  private async inspect(
-    redis: EventrailRedis,
-    limits: { maxLag?: number; maxDeadLetters?: number },
-  ): Promise<Record<string, GroupHealth>> {
+  private async inspect(redis: EventrailRedis, limits: GroupLimits): Promise<Record<string, GroupHealth>> {
     const names = this.consumers.groupNames().sort();
     const ownership = this.consumers.ownership();
     const running = this.consumers.isRunning;
@@ -105,7 +101,7 @@ export class EventrailHealthIndicator {
   }
 }
 
-function validate(options: EventrailHealthOptions): Required<Pick<EventrailHealthOptions, 'timeoutMs'>> & EventrailHealthOptions {
+function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
   const { maxLag, maxDeadLetters, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
   const count = (name: string, value: number | undefined): void => {
     if (value !== undefined && (!Number.isSafeInteger(value) || value < 0)) throw new InvalidOptionError(name, value, 'an integer >= 0');

@@ -66,7 +66,7 @@ export function evaluateGroup(status: GroupStatus | null, local: LocalWorker, li
   const deadOwner = status.partitions.filter((p) => p.leaseOwner !== null && !live.has(p.leaseOwner));
   if (noLease.length > 0) problems.push(`${plural('partition', noLease)} ${noLease.join(', ')}: no lease (nobody consumes it)`);
   if (deadOwner.length > 0) {
-    const owners = deadOwner.map((p) => `${p.partition} by ${p.leaseOwner}`).join(', ');
+    const owners = deadOwner.map((p) => `${p.partition} (${p.leaseOwner})`).join(', ');
     problems.push(`${plural('partition', deadOwner)} ${owners}: lease held by a worker that is not a live member`);
   }
 

@@ -1,0 +1,142 @@
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import Redis from 'ioredis';
+import { freePort, waitUntilAnswers } from './redis-server';
+
+const run = promisify(execFile);
+
+export interface ClusterNode {
+  port: number;
+  pid: number;
+  /** Kills the node's process (SIGKILL by default). */
+  kill(signal?: NodeJS.Signals): void;
+}
+
+export interface RedisCluster {
+  nodes: ClusterNode[];
+  /** Startup nodes for ioredis. */
+  startupNodes: Array<{ host: string; port: number }>;
+  /** The masters as the cluster sees them now, with the slot ranges they serve. */
+  masters(): Promise<Array<{ port: number; slots: Array<[number, number]> }>>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a real Redis Cluster on loopback: `masters` masters with one replica
+ * each, `cluster-node-timeout 2000` so a failover takes a few seconds, and
+ * waits until every node reports `cluster_state:ok`.
+ */
+export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
+  const dir = mkdtempSync(join(tmpdir(), 'eventrail-cluster-'));
+  const nodes: ClusterNode[] = [];
+  const exits: Array<Promise<void>> = [];
+  for (let i = 0; i < masters * 2; i++) {
+    const port = await freePort();
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        join(dir, `nodes-${port}.conf`),
+        '--cluster-node-timeout',
+        '2000',
+        '--repl-diskless-sync',
+        'yes',
+        '--repl-diskless-sync-delay',
+        '0',
+        '--appendonly',
+        'no',
+        '--save',
+        '',
+        '--dir',
+        dir,
+        '--protected-mode',
+        'no',
+      ],
+      { stdio: 'ignore', detached: true },
+    );
+    child.unref();
+    exits.push(new Promise((resolve) => child.once('exit', () => resolve())));
+    nodes.push({
+      port,
+      pid: child.pid as number,
+      kill: (signal = 'SIGKILL') => {
+        try {
+          process.kill(child.pid as number, signal);
+        } catch {
+          // already gone
+        }
+      },
+    });
+  }
+  const stop = async (): Promise<void> => {
+    for (const node of nodes) node.kill('SIGKILL');
+    await Promise.all(exits);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await Promise.all(nodes.map((n) => waitUntilAnswers(`redis://127.0.0.1:${n.port}`, 10_000)));
+    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes']);
+    await waitForClusterOk(nodes.map((n) => n.port));
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  const startupNodes = nodes.map((n) => ({ host: '127.0.0.1', port: n.port }));
+  return {
+    nodes,
+    startupNodes,
+    async masters() {
+      const live = nodes.find((n) => isAlive(n.pid)) as ClusterNode;
+      const client = new Redis(live.port, '127.0.0.1');
+      try {
+        const slots = (await client.cluster('SLOTS')) as unknown as Array<[number, number, [string, number, string]]>;
+        const byPort = new Map<number, Array<[number, number]>>();
+        for (const [from, to, [, port]] of slots) byPort.set(port, [...(byPort.get(port) ?? []), [from, to]]);
+        return [...byPort].map(([port, ranges]) => ({ port, slots: ranges }));
+      } finally {
+        client.disconnect();
+      }
+    },
+    stop,
+  };
+}
+
+async function waitForClusterOk(ports: number[]): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const states = await Promise.all(
+      ports.map(async (port) => {
+        const client = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0 });
+        try {
+          await client.connect();
+          return /cluster_state:ok/.test(await client.cluster('INFO'));
+        } catch {
+          return false;
+        } finally {
+          client.disconnect();
+        }
+      }),
+    );
+    if (states.every(Boolean)) return;
+    if (Date.now() > deadline) throw new Error(`Redis Cluster on ports ${ports.join(', ')} did not reach cluster_state:ok within 30 s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
