@@ -4,3 +4,5 @@ export const EVENTRAIL_OPTIONS = Symbol('EVENTRAIL_OPTIONS');
 export const EVENTRAIL_RAW_OPTIONS = Symbol('EVENTRAIL_RAW_OPTIONS');
 /** Metadata key under which `@OnEvent` records its declarations on a class. */
 export const ON_EVENT_METADATA = 'eventrail:on-event';
+/** How long all members of a group must have been gone before it counts as stale (pruning, retention), by default. */
+export const DEFAULT_STALE_GROUP_MS = 24 * 60 * 60 * 1000;

@@ -7,6 +7,7 @@ import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS } from './eventrail.constants'
 import { EventrailModuleAsyncOptions, EventrailModuleOptions, resolveModuleOptions } from './eventrail.options';
 import { EventrailPublisher } from './log/eventrail.publisher';
 import { EventrailRedis } from './redis/eventrail-redis';
+import { EventrailRetention } from './retention/eventrail-retention';
 
 const resolvedOptionsProvider: Provider = {
   provide: EVENTRAIL_OPTIONS,
@@ -21,8 +22,9 @@ const providers: Provider[] = [
   EventrailConsumers,
   EventrailAdmin,
   EventrailExplorer,
+  EventrailRetention,
 ];
-const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS];
+const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS, EventrailRetention];
 
 /**
  * A durable, partitioned event log on Redis Streams. Global by default, so

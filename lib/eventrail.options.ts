@@ -2,6 +2,7 @@ import type { ModuleMetadata, InjectionToken, OptionalFactoryDependency } from '
 import type { Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError } from './errors/invalid-option.error';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
+import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
 
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
@@ -138,6 +139,13 @@ export interface EventrailModuleOptions {
   isGlobal?: boolean;
   /** Hooks called as messages are processed, for metrics (see `createPrometheusMetrics` in `nestjs-eventrail/prometheus`). */
   metrics?: EventrailMetrics;
+  /**
+   * Scheduled trimming of the log, with optional archival (see `RetentionOptions`). Needs `@nestjs/schedule`
+   * and `ScheduleModule.forRoot()` in the app when enabled. Pass `retentionOptionsFromEnv()` to read the
+   * original eventrail's `RETENTION_*` variables.
+   * @default undefined (no retention: the log grows until trimmed)
+   */
+  retention?: RetentionOptions;
 }
 
 export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
@@ -159,6 +167,7 @@ export interface ResolvedEventrailOptions {
   startupTimeoutMs: number;
   allowDegradedStart: boolean;
   metrics: EventrailMetrics;
+  retention?: ResolvedRetentionOptions;
 }
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
@@ -229,6 +238,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     startupTimeoutMs,
     allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? false),
     metrics: validateMetrics(options.metrics ?? {}),
+    retention: resolveRetentionOptions(options.retention, env),
   };
 }
 

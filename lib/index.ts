@@ -7,7 +7,7 @@ export type {
   RedisConnection,
 } from './eventrail.options';
 export { DEFAULT_CONSUMER_OPTIONS } from './eventrail.options';
-export { EVENTRAIL_OPTIONS } from './eventrail.constants';
+export { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from './eventrail.constants';
 export { OnEvent } from './decorators/on-event.decorator';
 export type { OnEventGroupOptions } from './decorators/on-event.decorator';
 export type { EventrailMessage } from './eventrail-message';
@@ -15,7 +15,7 @@ export { EventrailPublisher } from './log/eventrail.publisher';
 export type { PublishInput, PublishOptions, PublishResult } from './log/eventrail.publisher';
 export { EventrailConsumers } from './consumer/eventrail-consumers';
 export type { GroupStats } from './consumer/group-stats';
-export { EventrailAdmin, DEFAULT_STALE_GROUP_MS } from './admin/eventrail-admin';
+export { EventrailAdmin } from './admin/eventrail-admin';
 export { LAG_COUNT_CAP } from './log/lag';
 export type { EventrailMetrics, SkipReason } from './metrics/eventrail-metrics';
 export type {
@@ -45,3 +45,16 @@ export { NonRetryableError } from './errors/non-retryable.error';
 export { HandlerTimeoutError } from './errors/handler-timeout.error';
 export { UnknownGroupError } from './errors/unknown-group.error';
 export { GroupHasLiveMembersError } from './errors/group-has-live-members.error';
+export { EventrailRetention } from './retention/eventrail-retention';
+export { retentionOptionsFromEnv } from './retention/retention-env';
+export type { ArchiveOptions, FsArchiveOptions, RetentionOptions, S3ArchiveOptions } from './retention/retention.options';
+export type {
+  ArchivedRange,
+  ArchiveObject,
+  ArchiveSource,
+  PartitionRetentionResult,
+  RetentionRunResult,
+} from './retention/retention.types';
+export { ScheduleModuleMissingError } from './errors/schedule-module-missing.error';
+export { MissingPeerDependencyError } from './errors/missing-peer-dependency.error';
+export { ArchiveFormatError } from './errors/archive-format.error';

@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
+import { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from '../eventrail.constants';
 import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
@@ -8,6 +8,8 @@ import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
 import { partitionForKey } from '../log/partitioner';
 import { offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import { EventrailRetention } from '../retention/eventrail-retention';
+import type { ArchiveSource } from '../retention/retention.types';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
 import type { GroupStatus, LogStats, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
 import { GroupStatusReader } from './group-status.reader';
@@ -16,9 +18,6 @@ const PAGE = 500;
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 /** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
 const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
-
-/** How long all members of a group must have been gone before `pruneStaleGroups` removes it, by default. */
-export const DEFAULT_STALE_GROUP_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -33,6 +32,7 @@ export class EventrailAdmin {
   constructor(
     private readonly redis: EventrailRedis,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    private readonly retention: EventrailRetention,
   ) {
     this.status = new GroupStatusReader(redis);
   }
@@ -55,7 +55,8 @@ export class EventrailAdmin {
    * after it is handled next). Refuses while the group has live members unless
    * `force`, and then fences them: their leases are removed, so none can commit
    * over the reset; they take the partitions again from the new offsets.
-   * `dryRun` reports the changes without making them.
+   * Idempotency marks of the group are cleared, so the entries are handled
+   * again. `dryRun` reports the changes without making them.
    */
   async resetOffsets(
     group: string,
@@ -78,6 +79,7 @@ export class EventrailAdmin {
           keys.offset(group, partition),
           keys.epoch(group, partition),
           keys.recovery(group, partition),
+          keys.done(group, partition),
           target,
         );
       }
@@ -88,11 +90,14 @@ export class EventrailAdmin {
   }
 
   /**
-   * Removes groups whose members have all been gone longer than `staleMs`, with
+   * Removes groups whose members have all been gone longer than `staleMs`
+   * (default: `retention.staleGroupMs`, else 24 h), with
    * their offsets, leases and marks (dead letters too), and returns their names.
    * A group with a live member is never removed.
    */
-  async pruneStaleGroups({ staleMs = DEFAULT_STALE_GROUP_MS }: { staleMs?: number } = {}): Promise<string[]> {
+  async pruneStaleGroups({ staleMs = this.options.retention?.staleGroupMs ?? DEFAULT_STALE_GROUP_MS }: { staleMs?: number } = {}): Promise<
+    string[]
+  > {
     if (!Number.isInteger(staleMs) || staleMs < 0) throw new InvalidOptionError('staleMs', staleMs, 'an integer number of milliseconds');
     const now = Date.now();
     const pruned: string[] = [];
@@ -167,6 +172,14 @@ export class EventrailAdmin {
       replayed += await this.replayPage(group, page);
       after = `(${page[page.length - 1][0]}`;
     }
+  }
+
+  /**
+   * Appends archived entries (see `retention.archive`) back to the log for `group` alone: the other groups
+   * skip them. They keep their event id, key and publish time. Returns how many were appended.
+   */
+  restoreArchive(group: string, source: ArchiveSource): Promise<number> {
+    return this.retention.restoreArchive(group, source);
   }
 
   /** Deletes every dead letter of a group; returns how many there were. */

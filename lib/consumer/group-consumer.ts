@@ -68,8 +68,9 @@ export class GroupConsumer {
 
   async start(): Promise<void> {
     const { keys, client } = this.redis;
-    await Promise.all([client.sadd(keys.groups, this.name), client.sadd(keys.events(this.name), ...this.handlers.keys())]);
+    // Heartbeat first: a group listed without a last-seen time could look stale to retention and pruning.
     this.members = await this.heartbeat();
+    await Promise.all([client.sadd(keys.groups, this.name), client.sadd(keys.events(this.name), ...this.handlers.keys())]);
     this.running = true;
     await this.announce(this.name);
     await this.rebalance();
@@ -94,12 +95,15 @@ export class GroupConsumer {
     await this.rebalancing?.catch(() => undefined);
     await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
     const { keys, client } = this.redis;
+    if (!this.redis.isReady()) return; // membership expires on its own
     try {
+      // Last seen on the Redis clock, like the heartbeats, so stale-group checks compare like with like.
+      const [seconds, micros] = await client.time();
       await client
         .pipeline()
         .zrem(keys.members(this.name), this.worker.id)
         .hdel(keys.memberInfo(this.name), this.worker.id)
-        .set(keys.seen(this.name), Date.now())
+        .set(keys.seen(this.name), Number(seconds) * 1000 + Math.floor(Number(micros) / 1000))
         .exec();
       await this.announce(this.name);
     } catch (error) {

@@ -126,6 +126,11 @@ export class PartitionWorker {
       this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
       this.halt();
     }
+    if (!this.params.redis.isReady()) {
+      // Nothing can be committed or released now: the next owner takes over when the lease expires.
+      this.logger.warn(`${this.describe()}: Redis is unreachable; leaving without a final commit`);
+      return;
+    }
     try {
       await this.pendingCommit;
       if (this.lost) return;

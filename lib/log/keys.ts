@@ -87,6 +87,16 @@ export class EventrailKeys {
     return `${this.group(group)}:dlq`;
   }
 
+  /** Lock that lets one instance of the fleet run a retention cycle at a time; holds the owner's token. */
+  retentionLock(): string {
+    return `${this.prefix}:retention:lock`;
+  }
+
+  /** Archive marks of a partition: archive sink id -> id of the last entry archived to that sink. */
+  archived(partition: number): string {
+    return `${this.tag(partition)}:archived`;
+  }
+
   private group(group: string): string {
     return `${this.prefix}:group:{${group}}`;
   }

@@ -32,8 +32,10 @@ export interface EventrailCommands {
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(members: string, info: string, seen: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
-  eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, to: string): Promise<string | null>;
+  eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, done: string, to: string): Promise<string | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
+  eventrailReleaseLock(lock: string, token: string): Promise<number>;
+  eventrailTrimLog(stream: string, archiveMarks: string, minId: string, mode: '~' | '=', sinkId: string): Promise<number>;
 }
 
 export type EventrailClient = (Redis | Cluster) & EventrailCommands;
@@ -47,7 +49,17 @@ export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
   return client.pipeline() as EventrailPipeline;
 }
 
-const SCRIPTS = ['acquireLease-5', 'commitOffset-3', 'renewLease-1', 'releaseLease-2', 'heartbeat-3', 'publishDedup-2', 'resetOffset-4'];
+const SCRIPTS = [
+  'acquireLease-5',
+  'commitOffset-3',
+  'renewLease-1',
+  'releaseLease-2',
+  'heartbeat-3',
+  'publishDedup-2',
+  'resetOffset-5',
+  'releaseLock-1',
+  'trimLog-2',
+];
 const REGISTERED = Symbol.for('eventrail.scripts');
 
 let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;

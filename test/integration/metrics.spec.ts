@@ -58,7 +58,8 @@ describe('metrics hooks', () => {
     const other = await publisher.publish('order.refunded', {});
     const again = await publisher.publish('order.paid', { ok: true });
     await waitFor(() => calls.filter((c) => c[0] === 'processed').length === 2, 'both good ones processed despite the throwing hook');
-    await waitFor(() => calls.some((c) => c[0] === 'lag'), 'lag sampled at a heartbeat');
+    // A heartbeat during the work may sample a lag above 0; once all is committed one samples 0.
+    await waitFor(() => calls.some((c) => c[0] === 'lag' && c[3] === 0), 'lag 0 sampled at a heartbeat');
 
     const of = (name: string): unknown[][] => calls.filter((c) => c[0] === name).map((c) => c.slice(1));
     expect(of('acquired')[0]).toEqual(['shipping', 0]);
@@ -72,7 +73,7 @@ describe('metrics hooks', () => {
     expect(of('error')).toEqual([['shipping', 'order.paid', expect.any(NonRetryableError), 1]]);
     expect(of('deadLettered')).toEqual([['shipping', 'order.paid', bad.offset, expect.stringMatching(/^\d+-\d+$/)]]);
     expect(of('skipped')).toEqual([['shipping', 'no-handler', other.offset]]);
-    expect(of('lag')[0]).toEqual(['shipping', 0, 0]);
+    expect(of('lag')).toContainEqual(['shipping', 0, 0]);
     expect([good.offset, again.offset]).toHaveLength(2);
   });
 

@@ -1,0 +1,139 @@
+import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
+import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { UnknownGroupError } from '../errors/unknown-group.error';
+import { EventrailRedis } from '../redis/eventrail-redis';
+import type { ArchiveSink } from './archive/archive-sink';
+import { createArchiveSink } from './archive/create-archive-sink';
+import { ArchiveRestorer } from './archive-restorer';
+import { RetentionCycle } from './retention-cycle';
+import { RetentionLock } from './retention-lock';
+import { RetentionJob, RetentionScheduler } from './retention.scheduler';
+import type { ArchiveObject, ArchiveSource, RetentionRunResult } from './retention.types';
+
+/** TTL of the fleet-wide retention lock; extended after every partition and archive object. */
+const LOCK_TTL_MS = 60_000;
+
+/**
+ * Scheduled retention (module option `retention`): registers the cycle in the
+ * app's `SchedulerRegistry` when `retention.enabled`, runs one cycle at a time
+ * in the fleet, and restores archived entries for one group.
+ */
+@Injectable()
+export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger = new Logger(EventrailRetention.name);
+  private scheduler?: RetentionScheduler;
+  private job?: RetentionJob;
+  private sink?: ArchiveSink;
+  private cycle?: RetentionCycle;
+  private inFlight?: Promise<RetentionRunResult>;
+  private stopping = false;
+
+  constructor(
+    private readonly redis: EventrailRedis,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    private readonly moduleRef: ModuleRef,
+  ) {}
+
+  /** The job's name in `SchedulerRegistry`. */
+  get jobName(): string {
+    return `eventrail-retention:${this.options.prefix}`;
+  }
+
+  async onModuleInit(): Promise<void> {
+    const retention = this.options.retention;
+    if (!retention) return;
+    // A missing scheduler or archive package fails startup, not the first cycle an hour later.
+    if (retention.enabled) this.scheduler = await RetentionScheduler.resolve(this.moduleRef);
+    if (retention.archive) this.sink = await createArchiveSink(retention.archive);
+    this.cycle = new RetentionCycle(this.redis, retention, this.sink);
+  }
+
+  onApplicationBootstrap(): void {
+    const retention = this.options.retention;
+    if (!retention || !this.scheduler) return;
+    this.job = this.scheduler.schedule(this.jobName, retention.schedule, () => this.tick());
+    const every = retention.schedule.kind === 'interval' ? `every ${retention.schedule.ms} ms` : `on "${retention.schedule.expression}"`;
+    this.logger.log(`Retention scheduled ${every} as "${this.jobName}"${this.sink ? `, archiving to ${this.sink.id}` : ''}`);
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    this.stopping = true;
+    this.job?.stop();
+    this.job = undefined;
+    await this.inFlight?.catch(() => undefined);
+    this.sink?.close();
+  }
+
+  /**
+   * Runs one cycle now (after the one in progress in this process, if any) and
+   * reports per partition what was archived and trimmed, and which groups were
+   * stale. Resolves with `ran: false` when another instance holds the lock.
+   */
+  async runOnce(): Promise<RetentionRunResult> {
+    const cycle = this.cycle;
+    if (!cycle) throw new InvalidOptionError('retention', undefined, 'retention options in EventrailModule.forRoot to run a cycle');
+    const previous = this.inFlight;
+    const run = (async () => {
+      await previous?.catch(() => undefined);
+      return this.runLocked(cycle);
+    })();
+    this.inFlight = run;
+    try {
+      return await run;
+    } finally {
+      if (this.inFlight === run) this.inFlight = undefined;
+    }
+  }
+
+  /**
+   * Appends archived entries back to the log for `group` alone (the other
+   * groups skip them), keeping their event id, key, publish time, data and
+   * headers. Returns how many were appended. Objects are restored one after the
+   * other; an unreadable one stops the restore at it.
+   */
+  async restoreArchive(group: string, source: ArchiveSource): Promise<number> {
+    const restorer = this.restorer();
+    if (typeof group !== 'string' || !(await this.redis.client.sismember(this.redis.keys.groups, group))) {
+      throw new UnknownGroupError(String(group));
+    }
+    return restorer.restore(group, source);
+  }
+
+  /** Archive objects written for this log, optionally of one partition, by partition and id. */
+  listArchives({ partition }: { partition?: number } = {}): Promise<ArchiveObject[]> {
+    return this.restorer().list(partition);
+  }
+
+  private tick(): void {
+    if (this.stopping) return;
+    if (this.inFlight) {
+      this.logger.debug('Retention: the previous cycle is still running; skipping this tick');
+      return;
+    }
+    void this.runOnce().catch((error: unknown) => this.logger.error(`Retention cycle failed: ${(error as Error).message}`));
+  }
+
+  private async runLocked(cycle: RetentionCycle): Promise<RetentionRunResult> {
+    await this.redis.whenPrepared();
+    const lock = new RetentionLock(this.redis, LOCK_TTL_MS);
+    if (!(await lock.acquire())) {
+      this.logger.debug('Retention: another instance is running a cycle; skipping');
+      return { ran: false, staleGroups: [], partitions: [], deadLetters: [] };
+    }
+    try {
+      return { ran: true, ...(await cycle.run(lock, () => this.stopping)) };
+    } finally {
+      await lock
+        .release()
+        .catch((error: unknown) => this.logger.warn(`Retention lock not released (${(error as Error).message}); it expires`));
+    }
+  }
+
+  private restorer(): ArchiveRestorer {
+    if (!this.sink) throw new InvalidOptionError('retention.archive', undefined, 'an archive (fs or s3) to list and restore from');
+    return new ArchiveRestorer(this.redis, this.sink);
+  }
+}

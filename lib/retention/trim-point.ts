@@ -1,0 +1,56 @@
+import { compareStreamIds, STREAM_START } from '../log/stream-id';
+
+/**
+ * Where a partition may be trimmed to: pure functions over stream ids. A MINID
+ * `m` removes every entry whose id is below `m`. An offset `o` means entries up
+ * to and including `o` are done, so a group with offset `o` allows a MINID of
+ * at most the id just after `o`; a group with no offset allows nothing.
+ */
+
+const MAX_SEQ = 18446744073709551615n;
+
+/** The smallest id after `id`. */
+export function nextStreamId(id: string): string {
+  const dash = id.indexOf('-');
+  const ms = BigInt(id.slice(0, dash));
+  const seq = BigInt(id.slice(dash + 1));
+  return seq < MAX_SEQ ? `${ms}-${seq + 1n}` : `${ms + 1n}-0`;
+}
+
+/** MINID that keeps entries newer than `nowMs - maxAgeMs`. */
+export function minIdForAge(nowMs: number, maxAgeMs: number): string {
+  return `${Math.max(0, nowMs - maxAgeMs)}-0`;
+}
+
+/** The larger of the MINIDs the policies ask for: an entry goes when any policy says so. Null when none asks. */
+export function requestedMinId(candidates: ReadonlyArray<string | null>): string | null {
+  let result: string | null = null;
+  for (const candidate of candidates) {
+    if (candidate !== null && (result === null || compareStreamIds(candidate, result) > 0)) result = candidate;
+  }
+  return result;
+}
+
+/** The highest MINID that removes nothing a group with this committed offset still needs. */
+export function allowedMinId(committed: string | null): string {
+  return committed === null || committed === STREAM_START ? STREAM_START : nextStreamId(committed);
+}
+
+/**
+ * Caps `requested` at what every live group allows. Returns the MINID to trim
+ * to (null: nothing may go) and the groups that lowered it.
+ */
+export function capMinId(
+  requested: string | null,
+  liveOffsets: ReadonlyArray<{ group: string; committed: string | null }>,
+): { minId: string | null; heldBackBy: string[] } {
+  if (requested === null) return { minId: null, heldBackBy: [] };
+  let minId = requested;
+  const heldBackBy: string[] = [];
+  for (const { group, committed } of liveOffsets) {
+    const allowed = allowedMinId(committed);
+    if (compareStreamIds(allowed, requested) < 0) heldBackBy.push(group);
+    if (compareStreamIds(allowed, minId) < 0) minId = allowed;
+  }
+  return { minId: minId === STREAM_START ? null : minId, heldBackBy: heldBackBy.sort() };
+}
