@@ -1,5 +1,5 @@
 import type { ModuleMetadata, InjectionToken, OptionalFactoryDependency } from '@nestjs/common';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError } from './errors/invalid-option.error';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
@@ -84,11 +84,24 @@ export interface ConsumerOptions {
 
 export type ResolvedConsumerOptions = Required<ConsumerOptions>;
 
-export type RedisConnection = string | RedisOptions | Redis;
+/** Redis Cluster startup nodes and options, as ioredis's `Cluster` takes them. */
+export interface ClusterConnection {
+  cluster: { nodes: ClusterNode[]; options?: ClusterOptions };
+}
+
+export type RedisConnection = string | RedisOptions | Redis | Cluster | ClusterConnection;
+
+/**
+ * `acknowledged`: `publish` resolves once the primary appended the event.
+ * `replicated`: it also waits (`WAIT`) until `replication.replicas` replicas have it, and rejects with
+ * `ReplicationTimeoutError` when they do not confirm within `replication.timeoutMs`.
+ */
+export type Durability = 'acknowledged' | 'replicated';
 
 export interface EventrailModuleOptions {
   /**
-   * A URL, ioredis options, or an ioredis client the application owns (eventrail never closes it).
+   * A URL, ioredis options, `{ cluster: { nodes, options? } }` for Redis Cluster, or an ioredis client
+   * (`Redis` or `Cluster`) the application owns (eventrail never closes it).
    * @default process.env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379'
    */
   redis?: RedisConnection;
@@ -104,6 +117,18 @@ export interface EventrailModuleOptions {
   partitions?: number;
   /** Defaults for every consumer group. */
   consumer?: ConsumerOptions;
+  /**
+   * Default durability of `publish` (each call may override it).
+   * @default 'acknowledged'
+   */
+  durability?: Durability;
+  /** What `durability: 'replicated'` waits for. */
+  replication?: {
+    /** Replicas that must confirm each append. @default 1 */
+    replicas?: number;
+    /** How long to wait for them. @default 1000 */
+    timeoutMs?: number;
+  };
   /** Overrides per group name. */
   groups?: Record<string, ConsumerOptions>;
   /**
@@ -159,6 +184,8 @@ export interface ResolvedEventrailOptions {
   redis: RedisConnection;
   prefix: string;
   partitions: number;
+  durability: Durability;
+  replication: { replicas: number; timeoutMs: number };
   consumer: ResolvedConsumerOptions;
   groups: Record<string, ConsumerOptions>;
   autoStart: boolean;
@@ -202,7 +229,14 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
   }
   const redis = options.redis ?? env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379';
   if (typeof redis !== 'string' && (redis === null || typeof redis !== 'object')) {
-    throw new InvalidOptionError('redis', redis, 'a redis:// URL, ioredis options or an ioredis client');
+    throw new InvalidOptionError('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
+  }
+  // Clients have a cluster() command method: only a plain object with a `cluster` object is a cluster config.
+  if (isClusterConnection(redis)) {
+    const nodes = (redis as ClusterConnection).cluster?.nodes;
+    if (!Array.isArray(nodes) || nodes.length === 0) {
+      throw new InvalidOptionError('redis.cluster.nodes', nodes, 'a non-empty array of startup nodes ({ host, port } or "host:port")');
+    }
   }
   if (typeof redis === 'string' && !/^rediss?:\/\//.test(redis)) {
     throw new InvalidOptionError('redis', redis, 'a URL starting with redis:// or rediss://');
@@ -219,6 +253,13 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     validateGroupName(`groups.${name}`, name);
     resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
   }
+  const durability = options.durability ?? 'acknowledged';
+  if (durability !== 'acknowledged' && durability !== 'replicated') {
+    throw new InvalidOptionError('durability', durability, "'acknowledged' or 'replicated'");
+  }
+  const replication = { replicas: options.replication?.replicas ?? 1, timeoutMs: options.replication?.timeoutMs ?? 1_000 };
+  checkInteger('replication.replicas', replication.replicas, 1, 100);
+  checkInteger('replication.timeoutMs', replication.timeoutMs, 1, 600_000);
   const maxPayloadBytes = options.maxPayloadBytes ?? 1024 * 1024;
   checkInteger('maxPayloadBytes', maxPayloadBytes, 1, 512 * 1024 * 1024);
   const dedupWindowMs = options.dedupWindowMs ?? 0;
@@ -230,6 +271,8 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     redis,
     prefix,
     partitions,
+    durability,
+    replication,
     consumer,
     groups,
     autoStart: checkBoolean('autoStart', options.autoStart ?? true),
@@ -309,6 +352,11 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
     default:
       throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
   }
+}
+
+export function isClusterConnection(value: unknown): value is ClusterConnection {
+  const cluster = (value as { cluster?: unknown } | null)?.cluster;
+  return typeof value === 'object' && value !== null && typeof cluster === 'object' && cluster !== null;
 }
 
 function validateMetrics(metrics: EventrailMetrics): EventrailMetrics {

@@ -3,6 +3,8 @@ export type {
   ConsumerOptions,
   EventrailModuleAsyncOptions,
   EventrailModuleOptions,
+  ClusterConnection,
+  Durability,
   InitialOffset,
   RedisConnection,
 } from './eventrail.options';
@@ -45,6 +47,7 @@ export { NonRetryableError } from './errors/non-retryable.error';
 export { HandlerTimeoutError } from './errors/handler-timeout.error';
 export { UnknownGroupError } from './errors/unknown-group.error';
 export { GroupHasLiveMembersError } from './errors/group-has-live-members.error';
+export { ReplicationTimeoutError } from './errors/replication-timeout.error';
 export { EventrailRetention } from './retention/eventrail-retention';
 export { retentionOptionsFromEnv } from './retention/retention-env';
 export type { ArchiveOptions, FsArchiveOptions, RetentionOptions, S3ArchiveOptions } from './retention/retention.options';

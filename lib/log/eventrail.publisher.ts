@@ -1,11 +1,12 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
+import type { Durability, ResolvedEventrailOptions } from '../eventrail.options';
+import { ReplicationTimeoutError } from '../errors/replication-timeout.error';
 import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { EventrailPipeline, eventrailPipeline } from '../scripts/scripts';
+import { eventrailPipeline } from '../scripts/scripts';
 import { encodeFields } from './codec';
 import { newEventId } from './event-id';
 import { partitionForKey } from './partitioner';
@@ -20,6 +21,8 @@ export interface PublishOptions {
   id?: string;
   /** Partition of a keyless event. @default 0 */
   partition?: number;
+  /** Overrides the module's `durability` for this call. */
+  durability?: Durability;
 }
 
 export interface PublishInput<T = unknown> extends PublishOptions {
@@ -62,21 +65,16 @@ export class EventrailPublisher {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {}
 
-  /** Appends one event. Resolves once Redis has appended it. */
+  /**
+   * Appends one event. Resolves once Redis has appended it (and, with
+   * `durability: 'replicated'`, once the replicas confirmed it).
+   */
   async publish<T>(event: string, data: T, options: PublishOptions = {}): Promise<PublishResult> {
     const prepared = this.prepare(event, data, options, Date.now());
+    const replicated = this.replicated(event, options.durability);
     this.assertReady();
+    if (replicated || prepared.dedup) return (await this.send([prepared], replicated))[0];
     try {
-      if (prepared.dedup) {
-        const { keys, client } = this.redis;
-        const [offset, duplicate] = await client.eventrailPublishDedup(
-          keys.dedup(prepared.partition, prepared.id),
-          keys.stream(prepared.partition),
-          this.options.dedupWindowMs,
-          ...prepared.fields,
-        );
-        return { id: prepared.id, partition: prepared.partition, offset, duplicate: duplicate === 1 };
-      }
       const offset = await this.redis.client.xadd(this.redis.keys.stream(prepared.partition), '*', ...prepared.fields);
       return { id: prepared.id, partition: prepared.partition, offset: offset as string };
     } catch (error) {
@@ -89,23 +87,28 @@ export class EventrailPublisher {
    * atomic: if Redis fails midway, the call rejects and some events may have
    * been appended (the error lists how many).
    */
-  async publishMany(events: ReadonlyArray<PublishInput>): Promise<PublishResult[]> {
+  async publishMany(events: ReadonlyArray<PublishInput>, options: { durability?: Durability } = {}): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     const now = Date.now();
     const prepared = events.map((input) => this.prepare(input?.event, input?.data, input ?? {}, now));
+    const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
     if (prepared.length === 0) return [];
     this.assertReady();
-    let replies: Array<[Error | null, unknown]>;
+    return this.send(prepared, replicated);
+  }
+
+  private async send(prepared: Prepared[], replicated: boolean): Promise<PublishResult[]> {
+    let sent: { replies: Array<[Error | null, unknown]>; confirmed: number };
     try {
-      replies = await this.append(prepared);
+      sent = await this.append(prepared, replicated);
     } catch (error) {
-      throw new RedisUnavailableError(`publishMany of ${prepared.length} events failed`, error);
+      throw new RedisUnavailableError(`publish of ${prepared.length} event(s) failed`, error);
     }
     const results: PublishResult[] = new Array(prepared.length);
     let failed: Error | undefined;
     let appended = 0;
     for (let i = 0; i < prepared.length; i++) {
-      const [error, reply] = replies[i] ?? [new Error('no reply'), null];
+      const [error, reply] = sent.replies[i] ?? [new Error('no reply'), null];
       if (error) failed ??= error;
       else appended++;
       const { id, partition, dedup } = prepared[i];
@@ -113,19 +116,23 @@ export class EventrailPublisher {
       else results[i] = { id, partition, offset: reply as string };
     }
     if (failed) {
-      throw new RedisUnavailableError(`publishMany: ${prepared.length - appended} of ${prepared.length} events were not appended`, failed);
+      throw new RedisUnavailableError(`${prepared.length - appended} of ${prepared.length} event(s) were not appended`, failed);
     }
+    const { replicas, timeoutMs } = this.options.replication;
+    if (replicated && sent.confirmed < replicas) throw new ReplicationTimeoutError(sent.confirmed, replicas, timeoutMs, results);
     return results;
   }
 
   /**
-   * Sends the appends as one pipeline, which keeps their order. On a cluster a
-   * pipeline may only touch one slot, so there it is one pipeline per
-   * partition, sent together; order within a partition is what is promised.
+   * Sends the appends as one pipeline, which keeps their order, followed by a
+   * `WAIT` on the same connection when they must be replicated. On a cluster
+   * a pipeline may only touch one slot, so there it is one pipeline (and one
+   * `WAIT`, on that partition's primary) per partition, sent together; order
+   * within a partition is what is promised. `confirmed` is the fewest replicas
+   * any `WAIT` reported.
    */
-  private async append(prepared: Prepared[]): Promise<Array<[Error | null, unknown]>> {
-    const { client } = this.redis;
-    if (!this.redis.isCluster) return (await this.queue(eventrailPipeline(client), prepared).exec()) ?? [];
+  private async append(prepared: Prepared[], replicated: boolean): Promise<{ replies: Array<[Error | null, unknown]>; confirmed: number }> {
+    if (!this.redis.isCluster) return this.appendBatch(prepared, replicated);
     const byPartition = new Map<number, number[]>();
     prepared.forEach((p, i) => {
       const indexes = byPartition.get(p.partition);
@@ -133,27 +140,45 @@ export class EventrailPublisher {
       else byPartition.set(p.partition, [i]);
     });
     const replies: Array<[Error | null, unknown]> = new Array(prepared.length);
+    let confirmed = Infinity;
     await Promise.all(
       [...byPartition.values()].map(async (indexes) => {
-        const partReplies =
-          (await this.queue(
-            eventrailPipeline(client),
-            indexes.map((i) => prepared[i]),
-          ).exec()) ?? [];
-        indexes.forEach((index, j) => (replies[index] = partReplies[j] ?? [new Error('no reply'), null]));
+        const part = await this.appendBatch(
+          indexes.map((i) => prepared[i]),
+          replicated,
+        );
+        indexes.forEach((index, j) => (replies[index] = part.replies[j] ?? [new Error('no reply'), null]));
+        confirmed = Math.min(confirmed, part.confirmed);
       }),
     );
-    return replies;
+    return { replies, confirmed };
   }
 
-  private queue(pipeline: EventrailPipeline, prepared: Prepared[]): EventrailPipeline {
-    const { keys } = this.redis;
+  private async appendBatch(
+    prepared: Prepared[],
+    replicated: boolean,
+  ): Promise<{ replies: Array<[Error | null, unknown]>; confirmed: number }> {
+    const { keys, client } = this.redis;
+    const pipeline = eventrailPipeline(client);
     for (const p of prepared) {
       if (p.dedup)
         pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
       else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
     }
-    return pipeline;
+    if (!replicated) return { replies: (await pipeline.exec()) ?? [], confirmed: Infinity };
+    const { replicas, timeoutMs } = this.options.replication;
+    pipeline.wait(replicas, timeoutMs);
+    const replies = (await pipeline.exec()) ?? [];
+    const [waitError, confirmed] = replies.pop() ?? [new Error('no reply to WAIT'), 0];
+    return { replies, confirmed: waitError ? 0 : Number(confirmed) };
+  }
+
+  private replicated(event: string, durability: Durability | undefined): boolean {
+    const chosen = durability ?? this.options.durability;
+    if (chosen !== 'acknowledged' && chosen !== 'replicated') {
+      throw new InvalidPublishOptionsError(event, 'durability', `must be 'acknowledged' or 'replicated', got ${String(chosen)}`);
+    }
+    return chosen === 'replicated';
   }
 
   private prepare(event: string, data: unknown, options: PublishOptions, now: number): Prepared {
@@ -204,4 +229,14 @@ export class EventrailPublisher {
       throw new RedisUnavailableError('the connection is not ready, the event was not appended');
     }
   }
+}
+
+/** A batch is replicated if any of its events asks for it. */
+function mostDurable(events: ReadonlyArray<PublishInput>): Durability | undefined {
+  let chosen: Durability | undefined;
+  for (const e of events) {
+    if (e?.durability === 'replicated') return 'replicated';
+    chosen ??= e?.durability;
+  }
+  return chosen;
 }

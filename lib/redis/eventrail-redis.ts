@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
-import Redis, { Cluster } from 'ioredis';
+import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { ClusterConnection, isClusterConnection, ResolvedEventrailOptions } from '../eventrail.options';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
@@ -32,7 +32,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       // A few retries per command while reconnecting, instead of ioredis's 20: a
       // publish during an outage should fail in seconds, not hang.
       const base = { maxRetriesPerRequest: 3 };
-      const client = typeof redis === 'string' ? new Redis(redis, base) : new Redis({ ...base, ...redis });
+      const client = createClient(redis, base);
       // ioredis emits 'error' on every failed reconnect; log it once per outage instead of crashing.
       let reported = false;
       client.on('error', (error: Error) => {
@@ -144,6 +144,15 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       );
     }
   }
+}
+
+function createClient(redis: string | RedisOptions | ClusterConnection, base: RedisOptions): Redis | Cluster {
+  if (typeof redis === 'string') return new Redis(redis, base);
+  if (isClusterConnection(redis)) {
+    const { nodes, options = {} } = redis.cluster;
+    return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions } });
+  }
+  return new Redis({ ...base, ...redis });
 }
 
 function isClient(value: unknown): value is Redis | Cluster {
