@@ -24,6 +24,7 @@ export type {
   GroupStatus,
   LogStats,
   MemberStatus,
+  NodeStatus,
   OffsetChange,
   OffsetResetResult,
   OffsetTarget,

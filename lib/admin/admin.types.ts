@@ -62,3 +62,15 @@ export interface LogStats {
   /** Redis `used_memory` in bytes, when INFO is allowed. */
   usedMemoryBytes: number | null;
 }
+
+/** A Redis primary and the partitions whose keys it holds (one entry on a single Redis). */
+export interface NodeStatus {
+  /** `host:port` of the primary. */
+  node: string;
+  /** `host:port` of its replicas, as the cluster reports them. */
+  replicas: string[];
+  /** Hash slot ranges it serves (`[[0, 16383]]` on a single Redis). */
+  slots: Array<[number, number]>;
+  /** Partitions whose keys live on it. */
+  partitions: number[];
+}

@@ -11,7 +11,7 @@ import { EventrailRedis } from '../redis/eventrail-redis';
 import { EventrailRetention } from '../retention/eventrail-retention';
 import type { ArchiveSource } from '../retention/retention.types';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
-import type { GroupStatus, LogStats, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
+import type { GroupStatus, LogStats, NodeStatus, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
 import { GroupStatusReader } from './group-status.reader';
 
 const PAGE = 500;
@@ -116,6 +116,52 @@ export class EventrailAdmin {
     const live = (await this.status.read(group)).members.map((m) => m.workerId);
     if (live.length > 0 && !force) throw new GroupHasLiveMembersError(group, live, 'delete');
     await this.removeGroup(group);
+  }
+
+  /** Round trip of a PING in milliseconds; rejects when Redis does not answer. */
+  async ping(): Promise<number> {
+    const started = performance.now();
+    await this.redis.client.ping();
+    return performance.now() - started;
+  }
+
+  /** The connection's state: `ready` when usable, else ioredis's status (`connecting`, `reconnecting`, `end`, ...). */
+  connectionStatus(): string {
+    return this.redis.client.status;
+  }
+
+  /**
+   * Which Redis primary holds which partitions. On Redis Cluster, from
+   * `CLUSTER SLOTS` and each partition's key slot; on a single Redis, one node
+   * with every partition.
+   */
+  async nodes(): Promise<NodeStatus[]> {
+    const { client, keys } = this.redis;
+    const all = keys.streams.map((_, p) => p);
+    if (!this.redis.isCluster) {
+      const { host, port } = (client as unknown as { options: { host?: string; port?: number } }).options;
+      return [{ node: `${host ?? 'localhost'}:${port ?? 6379}`, replicas: [], slots: [[0, 16383]], partitions: all }];
+    }
+    type SlotRange = [number, number, [string, number, ...unknown[]], ...Array<[string, number, ...unknown[]]>];
+    const [ranges, partitionSlots] = await Promise.all([
+      client.cluster('SLOTS') as unknown as Promise<SlotRange[]>,
+      Promise.all(keys.streams.map((stream) => client.cluster('KEYSLOT', stream) as unknown as Promise<number>)),
+    ]);
+    const nodes = new Map<string, NodeStatus>();
+    for (const [from, to, [host, port], ...replicas] of ranges) {
+      const name = `${host}:${port}`;
+      const node = nodes.get(name) ?? { node: name, replicas: [], slots: [], partitions: [] };
+      node.slots.push([from, to]);
+      for (const [replicaHost, replicaPort] of replicas) {
+        const replica = `${replicaHost}:${replicaPort}`;
+        if (!node.replicas.includes(replica)) node.replicas.push(replica);
+      }
+      node.partitions.push(...all.filter((p) => partitionSlots[p] >= from && partitionSlots[p] <= to));
+      nodes.set(name, node);
+    }
+    return [...nodes.values()]
+      .map((n) => ({ ...n, partitions: n.partitions.sort((a, b) => a - b) }))
+      .sort((a, b) => a.node.localeCompare(b.node));
   }
 
   /** Length and first/last id of every partition, and Redis memory when INFO is allowed. */

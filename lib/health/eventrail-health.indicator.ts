@@ -1,12 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus';
-import type { GroupStatus } from '../admin/admin.types';
+import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
-import { EventrailRedis } from '../redis/eventrail-redis';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
@@ -38,13 +36,10 @@ const TIMED_OUT = Symbol('timed out');
  */
 @Injectable()
 export class EventrailHealthIndicator {
-  private redis?: EventrailRedis;
-
   constructor(
     private readonly health: HealthIndicatorService,
     private readonly consumers: EventrailConsumers,
     private readonly admin: EventrailAdmin,
-    private readonly moduleRef: ModuleRef,
   ) {}
 
   async isHealthy<const Key extends string = 'eventrail'>(
@@ -53,34 +48,43 @@ export class EventrailHealthIndicator {
   ): Promise<HealthIndicatorResult<Key>> {
     const { timeoutMs, ...limits } = validate(options);
     const indicator = this.health.check(key);
-    const redis = this.connection();
     // Not connected (reconnecting, closed): say so at once rather than wait out the timeout.
-    if (!redis.isReady()) return indicator.down({ message: `Redis is not connected (connection ${redis.client.status})` });
+    const status = this.admin.connectionStatus();
+    if (status !== 'ready') return indicator.down({ message: `Redis is not connected (connection ${status})` });
 
     const started = Date.now();
-    let groups: Record<string, GroupHealth> | typeof TIMED_OUT;
+    let inspected: { groups: Record<string, GroupHealth>; nodes: NodeStatus[] } | typeof TIMED_OUT;
     try {
-      groups = await within(timeoutMs, this.inspect(redis, limits));
+      inspected = await within(timeoutMs, this.inspect(limits));
     } catch (error) {
       return indicator.down({ message: `Redis did not answer: ${(error as Error).message}`, responseTimeMs: Date.now() - started });
     }
-    if (groups === TIMED_OUT) return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms`, timeoutMs });
+    if (inspected === TIMED_OUT) return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms`, timeoutMs });
 
-    const data = { responseTimeMs: Date.now() - started, workerId: this.consumers.workerId, groups };
+    const { groups, nodes } = inspected;
+    const data = { responseTimeMs: Date.now() - started, workerId: this.consumers.workerId, groups, nodes };
     const problems = Object.entries(groups).flatMap(([name, group]) => group.problems.map((problem) => `${name}: ${problem}`));
     return problems.length === 0 ? indicator.up(data) : indicator.down({ message: problems.join('; '), ...data });
   }
 
-  /** PING and the status of every group of this process, in parallel: one timeout covers them all. */
-  private async inspect(redis: EventrailRedis, limits: GroupLimits): Promise<Record<string, GroupHealth>> {
+  /**
+   * PING, the status of every group of this process and which primary holds
+   * which partitions, in parallel: one timeout covers them all.
+   */
+  private async inspect(limits: GroupLimits): Promise<{ groups: Record<string, GroupHealth>; nodes: NodeStatus[] }> {
     const names = this.consumers.groupNames().sort();
     const ownership = this.consumers.ownership();
     const running = this.consumers.isRunning;
     const workerId = this.consumers.workerId;
-    const [, statuses] = await Promise.all([redis.client.ping(), Promise.all(names.map((name) => this.readGroup(name)))]);
-    return Object.fromEntries(
+    const [, statuses, nodes] = await Promise.all([
+      this.admin.ping(),
+      Promise.all(names.map((name) => this.readGroup(name))),
+      this.admin.nodes(),
+    ]);
+    const groups = Object.fromEntries(
       names.map((name, i) => [name, evaluateGroup(statuses[i], { running, workerId, ownedHere: ownership[name] ?? [] }, limits)]),
     );
+    return { groups, nodes };
   }
 
   private readGroup(name: string): Promise<GroupStatus | null> {
@@ -88,16 +92,6 @@ export class EventrailHealthIndicator {
       if (error instanceof UnknownGroupError) return null;
       throw error;
     });
-  }
-
-  /**
-   * EventrailModule keeps its connection to itself (it exports the publisher,
-   * the consumers and the admin service), so the PING goes through the
-   * instance found across modules.
-   */
-  private connection(): EventrailRedis {
-    this.redis ??= this.moduleRef.get(EventrailRedis, { strict: false });
-    return this.redis;
   }
 }
 

@@ -148,6 +148,8 @@ describe('EventrailHealthIndicator', () => {
           problems: [],
         },
       },
+      // Which primary holds which partitions: one node here, three on a 3-master cluster.
+      nodes: [{ node: expect.stringMatching(/^127\.0\.0\.1:\d+$/), replicas: [], slots: [[0, 16383]], partitions: [0, 1] }],
     });
 
     // Through Terminus, under a key of the caller's choice.
