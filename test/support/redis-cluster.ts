@@ -10,9 +10,12 @@ const run = promisify(execFile);
 
 export interface ClusterNode {
   port: number;
+  /** Pid of the node's current process. */
   pid: number;
   /** Kills the node's process (SIGKILL by default). */
   kill(signal?: NodeJS.Signals): void;
+  /** Starts the node again on the same port with the same cluster config (it rejoins, as a replica if it was failed over). */
+  restart(): Promise<void>;
 }
 
 export interface RedisCluster {
@@ -32,60 +35,44 @@ export interface RedisCluster {
 export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'eventrail-cluster-'));
   const nodes: ClusterNode[] = [];
-  const exits: Array<Promise<void>> = [];
+  const exits = new Set<Promise<void>>();
+  const launch = (port: number): number => {
+    const child = spawn('redis-server', nodeArgs(port, dir), { stdio: 'ignore', detached: true });
+    child.unref();
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    exits.add(exited);
+    void exited.then(() => exits.delete(exited));
+    return child.pid as number;
+  };
   for (let i = 0; i < masters * 2; i++) {
     const port = await freePort();
-    const child = spawn(
-      'redis-server',
-      [
-        '--port',
-        String(port),
-        '--bind',
-        '127.0.0.1',
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        join(dir, `nodes-${port}.conf`),
-        '--cluster-node-timeout',
-        '2000',
-        '--repl-diskless-sync',
-        'yes',
-        '--repl-diskless-sync-delay',
-        '0',
-        '--appendonly',
-        'no',
-        '--save',
-        '',
-        '--dir',
-        dir,
-        '--protected-mode',
-        'no',
-      ],
-      { stdio: 'ignore', detached: true },
-    );
-    child.unref();
-    exits.push(new Promise((resolve) => child.once('exit', () => resolve())));
-    nodes.push({
+    const node: ClusterNode = {
       port,
-      pid: child.pid as number,
+      pid: launch(port),
       kill: (signal = 'SIGKILL') => {
         try {
-          process.kill(child.pid as number, signal);
+          process.kill(node.pid, signal);
         } catch {
           // already gone
         }
       },
-    });
+      restart: async () => {
+        node.pid = launch(port);
+        await waitUntilAnswers(`redis://127.0.0.1:${port}`, 10_000);
+      },
+    };
+    nodes.push(node);
   }
   const stop = async (): Promise<void> => {
     for (const node of nodes) node.kill('SIGKILL');
-    await Promise.all(exits);
+    await Promise.all([...exits]);
     rmSync(dir, { recursive: true, force: true });
   };
   try {
     await Promise.all(nodes.map((n) => waitUntilAnswers(`redis://127.0.0.1:${n.port}`, 10_000)));
     await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes']);
     await waitForClusterOk(nodes.map((n) => n.port));
+    await waitForReplicas(nodes[0].port, masters);
   } catch (error) {
     await stop();
     throw error;
@@ -110,6 +97,14 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   };
 }
 
+function nodeArgs(port: number, dir: string): string[] {
+  return [
+    ...['--port', String(port), '--bind', '127.0.0.1', '--protected-mode', 'no', '--dir', dir],
+    ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '2000'],
+    ...['--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0', '--appendonly', 'no', '--save', ''],
+  ];
+}
+
 async function waitForClusterOk(ports: number[]): Promise<void> {
   const deadline = Date.now() + 30_000;
   for (;;) {
@@ -129,6 +124,23 @@ async function waitForClusterOk(ports: number[]): Promise<void> {
     if (states.every(Boolean)) return;
     if (Date.now() > deadline) throw new Error(`Redis Cluster on ports ${ports.join(', ')} did not reach cluster_state:ok within 30 s`);
     await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Until CLUSTER SLOTS lists a replica for every master: gossip takes a moment after `--cluster create`. */
+async function waitForReplicas(port: number, masters: number): Promise<void> {
+  const client = new Redis(port, '127.0.0.1');
+  const deadline = Date.now() + 30_000;
+  try {
+    for (;;) {
+      const slots = (await client.cluster('SLOTS')) as unknown as unknown[][];
+      const withReplica = slots.filter((range) => range.length >= 4).length;
+      if (slots.length >= masters && withReplica === slots.length) return;
+      if (Date.now() > deadline) throw new Error('Redis Cluster replicas did not show up in CLUSTER SLOTS within 30 s');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  } finally {
+    client.disconnect();
   }
 }
 

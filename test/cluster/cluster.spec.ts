@@ -1,0 +1,158 @@
+import { Injectable, INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
+import {
+  EventrailAdmin,
+  EventrailConsumers,
+  EventrailMessage,
+  EventrailModule,
+  EventrailModuleOptions,
+  EventrailPublisher,
+  EventrailRetention,
+  NonRetryableError,
+  OnEvent,
+} from '../../lib';
+import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
+import { waitFor } from '../support/helpers';
+import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
+
+type Data = { key: string; seq: number; bad?: boolean };
+
+/** Every handling, in the order handlers started, across all apps of this test process. */
+const log: Array<{ group: string; app: number; id: string; key: string; seq: number }> = [];
+let current = 0;
+
+@Injectable()
+class Orders {
+  /** Which app of the test this instance belongs to (providers are created when the app is compiled). */
+  private readonly app = current;
+
+  @OnEvent('order.step', { group: 'orders', concurrency: 4 })
+  async step(message: EventrailMessage<Data>): Promise<void> {
+    log.push({ group: 'orders', app: this.app, id: message.id, key: message.data.key, seq: message.data.seq });
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+@Injectable()
+class Audit {
+  private readonly app = current;
+
+  @OnEvent('order.step', { group: 'audit', enableIdempotency: true })
+  record(message: EventrailMessage<Data>): void {
+    if (message.data.bad) throw new NonRetryableError('bad step');
+    log.push({ group: 'audit', app: this.app, id: message.id, key: message.data.key, seq: message.data.seq });
+  }
+}
+
+/**
+ * The consumer behaviour suite on a real 3-master + 3-replica Redis Cluster:
+ * the same code, only the connection option changes.
+ */
+describe('on Redis Cluster', () => {
+  let cluster: RedisCluster;
+  const apps: INestApplicationContext[] = [];
+  let prefix = 'c0';
+
+  const boot = async (options: EventrailModuleOptions = {}, providers: unknown[] = [Orders, Audit]): Promise<INestApplicationContext> => {
+    current = apps.length;
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        EventrailModule.forRoot({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 12, ...options }),
+        TerminusModule,
+        EventrailHealthModule,
+      ],
+      providers: providers.map((p) => p as never),
+    }).compile();
+    const app = await moduleRef.init();
+    apps.push(app);
+    return app;
+  };
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster(3);
+  });
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+    log.length = 0;
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it('spreads the partitions over every master', async () => {
+    prefix = 'spread';
+    const app = await boot({}, []);
+    const nodes = await app.get(EventrailAdmin).nodes();
+    expect(nodes).toHaveLength(3);
+    for (const node of nodes) {
+      expect(node.partitions.length).toBeGreaterThan(0);
+      expect(node.replicas).toHaveLength(1);
+    }
+    expect(nodes.flatMap((n) => n.partitions).sort((a, b) => a - b)).toEqual(Array.from({ length: 12 }, (_, p) => p));
+  });
+
+  it('fans out to groups, keeps per-key order with competing workers, and shares the partitions', async () => {
+    prefix = 'fanout';
+    const first = await boot();
+    const second = await boot();
+    await waitFor(() => {
+      const a = first.get(EventrailConsumers).ownership().orders ?? [];
+      const b = second.get(EventrailConsumers).ownership().orders ?? [];
+      return a.length === 6 && b.length === 6 && new Set([...a, ...b]).size === 12;
+    }, 'the two workers split the 12 partitions');
+
+    const keys = Array.from({ length: 24 }, (_, k) => `key-${k}`);
+    const events = keys.flatMap((key) => Array.from({ length: 20 }, (_, seq) => ({ event: 'order.step', data: { key, seq }, key })));
+    const published = await first.get(EventrailPublisher).publishMany(events);
+    await waitFor(
+      () => log.filter((l) => l.group === 'orders').length >= 480 && log.filter((l) => l.group === 'audit').length >= 480,
+      () => `handled ${log.length} of 960`,
+      60_000,
+    );
+    for (const group of ['orders', 'audit']) {
+      const handled = log.filter((l) => l.group === group);
+      expect(new Set(handled.map((l) => l.id)).size).toBe(480);
+      expect([...handled.map((l) => l.id)].sort()).toEqual(published.map((p) => p.id).sort());
+      for (const key of keys) {
+        const seqs = handled.filter((l) => l.key === key).map((l) => l.seq);
+        expect(seqs).toEqual(Array.from({ length: 20 }, (_, seq) => seq));
+      }
+    }
+    const byApp = new Set(log.filter((l) => l.group === 'orders').map((l) => l.app));
+    expect(byApp).toEqual(new Set([0, 1]));
+  });
+
+  it('runs dead letters, replay, dedup, idempotency, admin, retention and health on the cluster', async () => {
+    prefix = 'features';
+    const app = await boot({ dedupWindowMs: 60_000, retention: { enabled: false, maxLen: 0 } });
+    const publisher = app.get(EventrailPublisher);
+    const admin = app.get(EventrailAdmin);
+
+    const first = await publisher.publish('order.step', { key: 'k1', seq: 0 }, { key: 'k1', id: 'step-1' });
+    const again = await publisher.publish('order.step', { key: 'k1', seq: 0 }, { key: 'k1', id: 'step-1' });
+    expect(again).toEqual({ ...first, duplicate: true });
+    await publisher.publish('order.step', { key: 'k2', seq: 0, bad: true }, { key: 'k2' });
+    await waitFor(async () => (await admin.deadLetters('audit')).length === 1, 'one dead letter in audit');
+
+    const [letter] = await admin.deadLetters('audit');
+    expect(letter).toMatchObject({ reason: 'non-retryable', key: 'k2' });
+    expect(await admin.replayDeadLetters('audit', 'all')).toBe(1);
+    await waitFor(async () => (await admin.deadLetters('audit')).length === 1, 'dead-lettered again after the replay (still bad)');
+    expect(log.filter((l) => l.group === 'orders' && l.key === 'k2')).toHaveLength(1); // the replay went to audit only
+
+    const groups = await admin.groups();
+    expect(groups.map((g) => g.name).sort()).toEqual(['audit', 'orders']);
+    await waitFor(async () => (await admin.group('orders')).lag === 0, 'orders caught up');
+
+    const retention = await app.get(EventrailRetention).runOnce();
+    expect(retention.ran).toBe(true);
+    expect(retention.partitions.reduce((sum, p) => sum + p.trimmed, 0)).toBeGreaterThan(0);
+
+    const health = await app
+      .get(HealthCheckService)
+      .check([() => app.get(EventrailHealthIndicator).isHealthy('eventrail', { timeoutMs: 5_000 })]);
+    expect(health.status).toBe('ok');
+    expect((health.info?.eventrail as unknown as { nodes: unknown[] }).nodes).toHaveLength(3);
+  });
+});
