@@ -211,9 +211,14 @@ export class EventrailAdmin {
       return replayed;
     }
     let replayed = 0;
+    // Up to the last dead letter now: a replay that fails again is dead-lettered anew, after it,
+    // and must not be picked up by this same call (it would replay in a loop).
+    const key = this.redis.keys.deadLetters(group);
+    const [last] = await this.redis.client.xrevrange(key, '+', '-', 'COUNT', 1);
+    if (!last) return 0;
     let after = '-';
     for (;;) {
-      const page = await this.redis.client.xrange(this.redis.keys.deadLetters(group), after, '+', 'COUNT', PAGE);
+      const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
       if (page.length === 0) return replayed;
       replayed += await this.replayPage(group, page);
       after = `(${page[page.length - 1][0]}`;

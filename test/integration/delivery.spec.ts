@@ -185,6 +185,17 @@ describe('delivery guarantees', () => {
     expect(audited()).toEqual([1, 2, 3, 4]);
   });
 
+  it('replays each dead letter once per call, even when the replays fail and are dead-lettered again', async () => {
+    const app = await start();
+    const admin = app.get(EventrailAdmin);
+    behaviour.invalid = new Set([1, 2, 3]);
+    await app.get(EventrailPublisher).publishMany([1, 2, 3].map((n) => ({ event: 'order.placed', data: { n } })));
+    await waitFor(async () => (await admin.deadLetters('billing')).length === 3, 'three dead letters');
+    expect(await admin.replayDeadLetters('billing', 'all')).toBe(3);
+    await waitFor(async () => (await admin.deadLetters('billing')).length === 3, 'dead-lettered again');
+    expect(behaviour.started.filter((n) => n <= 3)).toHaveLength(6); // each ran once more, no more
+  });
+
   it('purges dead letters and refuses unknown groups', async () => {
     const app = await start();
     const admin = app.get(EventrailAdmin);
