@@ -3,21 +3,17 @@ import { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from '../eventrail.constant
 import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
-import { FIELD } from '../log/codec';
-import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
-import { partitionForKey } from '../log/partitioner';
+import type { DeadLetter } from '../log/dead-letter.codec';
 import { offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { EventrailRetention } from '../retention/eventrail-retention';
 import type { ArchiveSource } from '../retention/retention.types';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
 import type { GroupStatus, LogStats, NodeStatus, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
+import { DeadLetterAdmin } from './dead-letters.admin';
 import { GroupStatusReader } from './group-status.reader';
 
-const PAGE = 500;
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
-/** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
-const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -28,6 +24,7 @@ const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD
 @Injectable()
 export class EventrailAdmin {
   private readonly status: GroupStatusReader;
+  private readonly letters: DeadLetterAdmin;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -35,6 +32,7 @@ export class EventrailAdmin {
     private readonly retention: EventrailRetention,
   ) {
     this.status = new GroupStatusReader(redis);
+    this.letters = new DeadLetterAdmin(redis, options);
   }
 
   /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
@@ -185,13 +183,9 @@ export class EventrailAdmin {
   }
 
   /** A page of a group's dead letters, oldest first; pass the last `id` as `after` for the next page. */
-  async deadLetters(group: string, { count = 100, after }: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
+  async deadLetters(group: string, page: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
     await this.assertGroup(group);
-    if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
-    if (after !== undefined && !STREAM_ID.test(after))
-      throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
-    const entries = await this.redis.client.xrange(this.redis.keys.deadLetters(group), after ? `(${after}` : '-', '+', 'COUNT', count);
-    return entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+    return this.letters.list(group, page);
   }
 
   /**
@@ -201,28 +195,7 @@ export class EventrailAdmin {
    */
   async replayDeadLetters(group: string, ids: readonly string[] | 'all'): Promise<number> {
     await this.assertGroup(group);
-    if (ids !== 'all') {
-      if (!Array.isArray(ids)) throw new InvalidOptionError('ids', ids, "an array of dead-letter ids or 'all'");
-      for (const id of ids)
-        if (typeof id !== 'string' || !STREAM_ID.test(id))
-          throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
-      let replayed = 0;
-      for (let i = 0; i < ids.length; i += PAGE) replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
-      return replayed;
-    }
-    let replayed = 0;
-    // Up to the last dead letter now: a replay that fails again is dead-lettered anew, after it,
-    // and must not be picked up by this same call (it would replay in a loop).
-    const key = this.redis.keys.deadLetters(group);
-    const [last] = await this.redis.client.xrevrange(key, '+', '-', 'COUNT', 1);
-    if (!last) return 0;
-    let after = '-';
-    for (;;) {
-      const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
-      if (page.length === 0) return replayed;
-      replayed += await this.replayPage(group, page);
-      after = `(${page[page.length - 1][0]}`;
-    }
+    return this.letters.replay(group, ids);
   }
 
   /**
@@ -236,55 +209,7 @@ export class EventrailAdmin {
   /** Deletes every dead letter of a group; returns how many there were. */
   async purgeDeadLetters(group: string): Promise<number> {
     await this.assertGroup(group);
-    const key = this.redis.keys.deadLetters(group);
-    const replies = await this.redis.client.multi().xlen(key).del(key).exec();
-    return Number(replies?.[0]?.[1] ?? 0);
-  }
-
-  private async fetch(group: string, ids: readonly string[]): Promise<Array<[string, string[]]>> {
-    const key = this.redis.keys.deadLetters(group);
-    const pipeline = this.redis.client.pipeline();
-    for (const id of ids) pipeline.xrange(key, id, id);
-    const replies = (await pipeline.exec()) ?? [];
-    return replies.flatMap(([error, entries]) => (error ? [] : (entries as Array<[string, string[]]>)));
-  }
-
-  private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
-    if (page.length === 0) return 0;
-    const { keys, client } = this.redis;
-    const pipeline = client.pipeline();
-    for (const [, fields] of page) {
-      const { partition, original } = this.replayFields(fields);
-      pipeline.xadd(keys.stream(partition), '*', ...original, FIELD.to, group);
-    }
-    const replies = (await pipeline.exec()) ?? [];
-    // Only what was appended leaves the dead-letter stream.
-    const appended = page.filter((_, i) => !replies[i]?.[0]).map(([id]) => id);
-    if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
-    return appended.length;
-  }
-
-  private replayFields(fields: string[]): { partition: number; original: string[] } {
-    const original: string[] = [];
-    let key: string | undefined;
-    let partition = 0;
-    let raw: string | undefined;
-    for (let i = 0; i + 1 < fields.length; i += 2) {
-      const [name, value] = [fields[i], fields[i + 1]];
-      if (ORIGINAL_FIELDS.has(name)) original.push(name, value);
-      if (name === FIELD.key) key = value;
-      if (name === 'partition') partition = Number(value);
-      if (name === 'raw') raw = value;
-    }
-    // A malformed entry goes back exactly as it came (and will be dead-lettered again unless fixed at the source).
-    if (raw !== undefined) {
-      const rawFields = JSON.parse(raw) as string[];
-      for (let i = 0; i + 1 < rawFields.length; i += 2) if (rawFields[i] !== FIELD.to) original.push(rawFields[i], rawFields[i + 1]);
-    }
-    const partitions = this.options.partitions;
-    if (key !== undefined) partition = partitionForKey(key, partitions);
-    else if (!(partition >= 0 && partition < partitions)) partition = 0;
-    return { partition, original };
+    return this.letters.purge(group);
   }
 
   /** The committed offset that makes `to` the next entry handled in a partition. */

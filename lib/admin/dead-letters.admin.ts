@@ -1,0 +1,114 @@
+import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { FIELD } from '../log/codec';
+import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
+import { partitionForKey } from '../log/partitioner';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+
+const PAGE = 500;
+const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
+/** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
+const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
+
+/**
+ * Dead letters of a group: list, replay (to the group that dead-lettered them,
+ * and only to it) and purge. `EventrailAdmin` checks the group exists first.
+ */
+export class DeadLetterAdmin {
+  constructor(
+    private readonly redis: EventrailRedis,
+    private readonly options: ResolvedEventrailOptions,
+  ) {}
+
+  /** A page of a group's dead letters, oldest first; pass the last `id` as `after` for the next page. */
+  async list(group: string, { count = 100, after }: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
+    if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
+    if (after !== undefined && !STREAM_ID.test(after))
+      throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
+    const entries = await this.redis.client.xrange(this.redis.keys.deadLetters(group), after ? `(${after}` : '-', '+', 'COUNT', count);
+    return entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+  }
+
+  /**
+   * Appends dead letters back to the log for `group` alone (other groups skip
+   * them), with their original event id, key and publish time, and removes
+   * them from the dead-letter stream. Returns how many were replayed.
+   */
+  async replay(group: string, ids: readonly string[] | 'all'): Promise<number> {
+    if (ids !== 'all') {
+      if (!Array.isArray(ids)) throw new InvalidOptionError('ids', ids, "an array of dead-letter ids or 'all'");
+      for (const id of ids)
+        if (typeof id !== 'string' || !STREAM_ID.test(id))
+          throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
+      let replayed = 0;
+      for (let i = 0; i < ids.length; i += PAGE) replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
+      return replayed;
+    }
+    let replayed = 0;
+    // Up to the last dead letter now: a replay that fails again is dead-lettered anew, after it,
+    // and must not be picked up by this same call (it would replay in a loop).
+    const key = this.redis.keys.deadLetters(group);
+    const [last] = await this.redis.client.xrevrange(key, '+', '-', 'COUNT', 1);
+    if (!last) return 0;
+    let after = '-';
+    for (;;) {
+      const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
+      if (page.length === 0) return replayed;
+      replayed += await this.replayPage(group, page);
+      after = `(${page[page.length - 1][0]}`;
+    }
+  }
+
+  /** Deletes every dead letter of a group; returns how many there were. */
+  async purge(group: string): Promise<number> {
+    const key = this.redis.keys.deadLetters(group);
+    const replies = await this.redis.client.multi().xlen(key).del(key).exec();
+    return Number(replies?.[0]?.[1] ?? 0);
+  }
+
+  private async fetch(group: string, ids: readonly string[]): Promise<Array<[string, string[]]>> {
+    const key = this.redis.keys.deadLetters(group);
+    const pipeline = this.redis.client.pipeline();
+    for (const id of ids) pipeline.xrange(key, id, id);
+    const replies = (await pipeline.exec()) ?? [];
+    return replies.flatMap(([error, entries]) => (error ? [] : (entries as Array<[string, string[]]>)));
+  }
+
+  private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
+    if (page.length === 0) return 0;
+    const { keys, client } = this.redis;
+    const pipeline = client.pipeline();
+    for (const [, fields] of page) {
+      const { partition, original } = this.replayFields(fields);
+      pipeline.xadd(keys.stream(partition), '*', ...original, FIELD.to, group);
+    }
+    const replies = (await pipeline.exec()) ?? [];
+    // Only what was appended leaves the dead-letter stream.
+    const appended = page.filter((_, i) => !replies[i]?.[0]).map(([id]) => id);
+    if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
+    return appended.length;
+  }
+
+  private replayFields(fields: string[]): { partition: number; original: string[] } {
+    const original: string[] = [];
+    let key: string | undefined;
+    let partition = 0;
+    let raw: string | undefined;
+    for (let i = 0; i + 1 < fields.length; i += 2) {
+      const [name, value] = [fields[i], fields[i + 1]];
+      if (ORIGINAL_FIELDS.has(name)) original.push(name, value);
+      if (name === FIELD.key) key = value;
+      if (name === 'partition') partition = Number(value);
+      if (name === 'raw') raw = value;
+    }
+    // A malformed entry goes back exactly as it came (and will be dead-lettered again unless fixed at the source).
+    if (raw !== undefined) {
+      const rawFields = JSON.parse(raw) as string[];
+      for (let i = 0; i + 1 < rawFields.length; i += 2) if (rawFields[i] !== FIELD.to) original.push(rawFields[i], rawFields[i + 1]);
+    }
+    const partitions = this.options.partitions;
+    if (key !== undefined) partition = partitionForKey(key, partitions);
+    else if (!(partition >= 0 && partition < partitions)) partition = 0;
+    return { partition, original };
+  }
+}
