@@ -220,7 +220,7 @@ export class GroupConsumer {
     partitions.forEach((partition, i) => {
       const reply = replies[i];
       if (!reply) return;
-      const [token, committed, deliveries] = reply;
+      const [token, committed, recovering] = reply;
       if (!this.running) {
         // Stopped while the acquire was in flight: give the lease straight back.
         const epoch = token.slice(token.lastIndexOf(':') + 1);
@@ -234,7 +234,7 @@ export class GroupConsumer {
         partition,
         token,
         committed,
-        deliveries,
+        recovering: recovering === 1,
         stats: this.stats,
         metrics: this.metrics,
         redis: this.redis,
@@ -246,8 +246,8 @@ export class GroupConsumer {
       worker.start((ended) => this.onWorkerEnd(ended));
       this.metrics.emit('onLeaseAcquired', this.name, partition);
       acquired++;
-      const recovering = deliveries > 0 ? ` after a worker died (delivery ${deliveries} of the next entry)` : '';
-      this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}${recovering}`);
+      const how = recovering === 1 ? ' from a worker that did not release it (recovering one entry at a time)' : '';
+      this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}${how}`);
     });
     return acquired;
   }

@@ -25,10 +25,10 @@ export interface PartitionWorkerParams {
   /** Committed offset when the lease was taken. */
   committed: string;
   /**
-   * Deliveries of the entry after `committed` to workers that died (0 after a
-   * clean hand-over); above `maxDeliveries` that entry is dead-lettered unhandled.
+   * The previous owner did not release the lease (it died, froze or lost
+   * Redis): handle entries one at a time, counting deliveries, for a while.
    */
-  deliveries: number;
+  recovering: boolean;
   stats: GroupStats;
   metrics: MetricsHooks;
   redis: EventrailRedis;
@@ -161,12 +161,12 @@ export class PartitionWorker {
   private async run(): Promise<void> {
     const { options } = this.params;
     let cursor = this.committed;
-    // After taking over from a worker that died, entries go one at a time, each
-    // committed before the next starts, for one batch's length: a message that
-    // kills the process is then always the one right after the committed
-    // offset, which is what the delivery count taken at takeover counts.
-    let recovery = this.params.deliveries > 0 ? options.batchSize : 0;
-    let crashLooped = this.params.deliveries > options.maxDeliveries;
+    // After taking over from a worker that died, entries go one at a time for
+    // one batch's length: each is counted in Redis before it starts and
+    // committed before the next, so a message that kills every worker that
+    // handles it is the one whose count grows, and is dead-lettered unhandled
+    // once it reaches maxDeliveries. The happy path counts nothing.
+    let recovery = this.params.recovering ? options.batchSize : 0;
     let next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
     while (!this.draining) {
       let entries: Array<RawEntry | MalformedEntry>;
@@ -184,23 +184,20 @@ export class PartitionWorker {
         next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
         continue;
       }
-      if (crashLooped) {
-        // The entry after the committed offset keeps killing workers: dead-letter it unhandled.
-        try {
-          await this.params.processor.giveUpCrashLoop(entries[0], this.params.partition, this.params.deliveries);
-        } catch (error) {
-          this.logger.error(`${this.describe()}: could not dead-letter ${entries[0].offset} (${(error as Error).message}); retrying`);
+      if (recovery > 0) {
+        const verdict = await this.countDelivery(entries[0]);
+        if (verdict === 'retry') {
           if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
           next = this.prefetch(cursor, 1);
           continue;
         }
-        crashLooped = false;
-        this.params.stats.deadLettered++;
-        cursor = entries[0].offset;
-        recovery--;
-        if (!(await this.commit(cursor))) return;
-        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
-        continue;
+        if (verdict === 'dead-lettered') {
+          cursor = entries[0].offset;
+          recovery--;
+          if (!(await this.commit(cursor))) return;
+          next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
+          continue;
+        }
       }
       let alreadyDone: Set<string> | undefined;
       try {
@@ -238,6 +235,24 @@ export class PartitionWorker {
         if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
         next = this.prefetch(cursor, options.batchSize);
       }
+    }
+  }
+
+  /**
+   * Recovery path: counts this delivery of `entry`; at `maxDeliveries` the
+   * entry has killed enough workers and goes to the dead-letter stream instead.
+   */
+  private async countDelivery(entry: RawEntry | MalformedEntry): Promise<'handle' | 'dead-lettered' | 'retry'> {
+    const { redis, group, partition, options, processor, stats } = this.params;
+    try {
+      const deliveries = await redis.client.eventrailMarkDelivery(redis.keys.recovery(group, partition), entry.offset);
+      if (deliveries < options.maxDeliveries) return 'handle';
+      await processor.giveUpCrashLoop(entry, partition, deliveries);
+      stats.deadLettered++;
+      return 'dead-lettered';
+    } catch (error) {
+      this.logger.warn(`${this.describe()}: could not count the delivery of ${entry.offset} (${(error as Error).message}); retrying`);
+      return 'retry';
     }
   }
 

@@ -4,10 +4,9 @@
   the committed offset, initialising it the first time the group reads the
   partition.
 
-  When the previous holder did not release the lease (it crashed, froze or
-  lost Redis), this counts one more delivery of the entry after the committed
-  offset: the crash-loop count, kept only on this recovery path so the happy
-  path pays nothing for it.
+  Also tells whether the previous holder released the lease cleanly: if not
+  (it crashed, froze or lost Redis), the new owner recovers carefully and
+  counts deliveries (see markDelivery-1.lua).
 
   KEYS[1] lease key
   KEYS[2] epoch counter key
@@ -20,8 +19,9 @@
   ARGV[3] initial offset mode: "start" | "end" | "id"
   ARGV[4] initial offset id (mode "id": the id to record)
 
-  Returns { token, committedOffset, deliveries } when taken (deliveries is 0
-  after a clean hand-over), nil when another worker holds it.
+  Returns { token, committedOffset, recovering } when taken (recovering is 1
+  when the previous holder did not release the lease, else 0), nil when
+  another worker holds it.
 ]]
 local rcall = redis.call
 local current = rcall("GET", KEYS[1])
@@ -46,13 +46,8 @@ if not offset then
   rcall("SET", KEYS[3], offset)
 end
 
-local deliveries = 0
+local recovering = 0
 if previous and rcall("HGET", KEYS[5], "released") ~= previous then
-  if rcall("HGET", KEYS[5], "at") == offset then
-    deliveries = rcall("HINCRBY", KEYS[5], "deliveries", 1)
-  else
-    rcall("HSET", KEYS[5], "at", offset, "deliveries", 1)
-    deliveries = 1
-  end
+  recovering = 1
 end
-return { token, offset, deliveries }
+return { token, offset, recovering }

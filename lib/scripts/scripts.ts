@@ -29,6 +29,7 @@ export interface EventrailCommands {
     markTtlMs: number,
     ...doneIds: string[]
   ): Promise<number>;
+  eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(members: string, info: string, seen: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
@@ -57,6 +58,7 @@ const SCRIPTS = [
   'heartbeat-3',
   'publishDedup-2',
   'resetOffset-5',
+  'markDelivery-1',
   'releaseLock-1',
   'trimLog-2',
 ];
