@@ -56,11 +56,15 @@ export class PartitionWorker {
   private ended?: Promise<void>;
   private lost = false;
   private draining = false;
+  /** Settles when draining starts: a read queued on a reconnecting connection is not settled by disconnect(). */
+  private readonly drained: Promise<never[]>;
+  private onDrain!: () => void;
   private readonly batchContext: BatchContext;
 
   constructor(private readonly params: PartitionWorkerParams) {
     this.streamKey = params.redis.keys.stream(params.partition);
     this.committed = params.committed;
+    this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
     const { partition, processor, semaphore, stats, group, metrics } = params;
     this.batchContext = { partition, processor, semaphore, stop: this.stop, stats, group, metrics };
   }
@@ -148,6 +152,7 @@ export class PartitionWorker {
   private drain(): void {
     if (this.draining) return;
     this.draining = true;
+    this.onDrain();
     // Breaks a blocked XREAD at once instead of waiting for its timeout.
     this.connection?.disconnect();
   }
@@ -171,7 +176,7 @@ export class PartitionWorker {
     while (!this.draining) {
       let entries: Array<RawEntry | MalformedEntry>;
       try {
-        entries = await next;
+        entries = await Promise.race([next, this.drained]);
       } catch (error) {
         if (this.draining) return;
         this.logger.warn(`${this.describe()}: read failed (${(error as Error).message}); retrying`);

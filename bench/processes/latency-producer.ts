@@ -1,0 +1,83 @@
+// The latency scenario's producer: appends events at a steady rate, each
+// payload carrying the time its publish call started, through eventrail, raw
+// XADD or BullMQ, so the consumer in the parent measures publish-to-handler-start.
+import Redis from 'ioredis';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EventrailPublisher } from '../../lib';
+import { createQueue, JOB_OPTIONS } from '../support/bullmq';
+import { childConfig, onCommands, report } from '../support/children';
+import { createEventrailApp } from '../support/eventrail-app';
+import { BENCH_EVENT, BenchPayload, epochNow, makePayload, minimalFields } from '../support/payload';
+
+export interface LatencyProducerConfig {
+  url: string;
+  prefix: string;
+  system: 'eventrail' | 'raw' | 'bullmq';
+  /** Raw XADD appends to this stream. */
+  stream: string;
+  ratePerSecond: number;
+  durationMs: number;
+}
+
+interface Sender {
+  send(payload: BenchPayload): Promise<unknown>;
+  close(): Promise<unknown>;
+}
+
+async function connect(config: LatencyProducerConfig): Promise<Sender> {
+  switch (config.system) {
+    case 'eventrail': {
+      const app = await createEventrailApp({ url: config.url, prefix: config.prefix });
+      const publisher = app.get(EventrailPublisher);
+      return { send: (payload) => publisher.publish(BENCH_EVENT, payload), close: () => app.close() };
+    }
+    case 'raw': {
+      const client = new Redis(config.url);
+      await client.ping();
+      return { send: (payload) => client.xadd(config.stream, '*', ...minimalFields(JSON.stringify(payload))), close: () => client.quit() };
+    }
+    case 'bullmq': {
+      const queue = createQueue(config.url, config.prefix);
+      await queue.waitUntilReady();
+      return { send: (payload) => queue.add(BENCH_EVENT, payload, JOB_OPTIONS), close: () => queue.close() };
+    }
+  }
+}
+
+/**
+ * Sends `rate × duration` events on schedule: a 1 ms timer wakes the loop, which
+ * sends every event that is due (about two a tick at 2000/s), without waiting
+ * for earlier sends, so a slow reply never delays the schedule.
+ */
+async function produce(sender: Sender, config: LatencyProducerConfig): Promise<number> {
+  const total = Math.round((config.ratePerSecond * config.durationMs) / 1000);
+  const intervalMs = 1000 / config.ratePerSecond;
+  const pending: Array<Promise<unknown>> = [];
+  const started = performance.now();
+  let sent = 0;
+  while (sent < total) {
+    const due = Math.min(total, Math.floor((performance.now() - started) / intervalMs) + 1);
+    for (; sent < due; sent++) pending.push(sender.send(makePayload(epochNow())));
+    await sleep(1);
+  }
+  await Promise.all(pending);
+  return sent;
+}
+
+async function main(): Promise<void> {
+  const config = childConfig<LatencyProducerConfig>();
+  const sender = await connect(config);
+  onCommands({
+    start: async () => report({ type: 'done', sent: await produce(sender, config) }),
+    stop: async () => {
+      await sender.close();
+      process.exit(0);
+    },
+  });
+  report({ type: 'ready' });
+}
+
+main().catch((error: unknown) => {
+  report({ type: 'failed', message: (error as Error).stack ?? String(error) });
+  process.exit(1);
+});

@@ -1,0 +1,222 @@
+// `npm run bench`: eventrail side by side with raw Redis Streams and BullMQ,
+// interleaved round by round on one Redis, so the ratios hold on a noisy host.
+//
+//   --quick        small counts, one round: checks every scenario runs and handles every event
+//   --aof          a second pass against a redis-server with appendonly yes, appendfsync always
+//   --only a,b     only these scenarios (ids as printed)
+//   --rounds N     rounds per scenario instead of each scenario's own
+//   --variants a,b only these variants of each scenario (to profile one system: node --cpu-prof ...)
+//
+// EVENTRAIL_REDIS_URL: use that Redis (never flushed: every run uses a prefix of
+// its own and deletes it). BENCH_ENFORCE=1: exit non-zero when a target is missed.
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, loadavg, release } from 'node:os';
+import { join } from 'node:path';
+import Redis from 'ioredis';
+import { scenarioFactories } from './scenarios';
+import { BenchResult, PassResult, resultMarkdown, ScenarioResult, scenarioText, TargetResult, VariantResult } from './support/report';
+import { BenchRedis, externalRedis, startRedisServer } from './support/redis-server';
+import { deletePrefix, info } from './support/redis-tools';
+import { Measurement, Scenario, Size, Target, Variant } from './support/scenario';
+import { summarize } from './support/stats';
+
+interface Args {
+  size: Size;
+  aof: boolean;
+  only?: string[];
+  variants?: string[];
+  rounds?: number;
+}
+
+const RESULTS_DIR = join(__dirname, 'results');
+let current: BenchRedis | undefined;
+
+function parseArgs(argv: string[]): Args {
+  const args: Args = { size: 'full', aof: false };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i].split('=', 2);
+    const value = (): string => inline ?? argv[++i] ?? '';
+    if (flag === '--quick') args.size = 'quick';
+    else if (flag === '--aof') args.aof = true;
+    else if (flag === '--only') args.only = value().split(',');
+    else if (flag === '--variants') args.variants = value().split(',');
+    else if (flag === '--rounds') args.rounds = Number(value());
+    else throw new Error(`unknown argument ${argv[i]} (known: --quick, --aof, --only a,b, --variants a,b, --rounds N)`);
+  }
+  if (args.rounds !== undefined && !(Number.isInteger(args.rounds) && args.rounds > 0))
+    throw new Error('--rounds needs a positive integer');
+  return args;
+}
+
+/** One run of one variant on fresh state: a flushed server of our own, or a new prefix deleted afterwards. */
+async function runOnce(variant: Variant, redis: BenchRedis, admin: Redis, scenario: string): Promise<Measurement> {
+  const prefix = `bench-${scenario}-${randomBytes(4).toString('hex')}`;
+  if (redis.owned) await admin.flushall();
+  try {
+    const measurement = await variant.run({ url: redis.url, admin, prefix });
+    if (measurement.done < measurement.expected) {
+      throw new Error(`${variant.label}: ${measurement.done} of ${measurement.expected} events`);
+    }
+    return measurement;
+  } finally {
+    if (!redis.owned) await deletePrefix(admin, prefix);
+  }
+}
+
+/** The per-round ratios (or values) of a target and, when `judge`, whether their median meets it. */
+function evaluate(target: Target, variants: VariantResult[], judge: boolean): TargetResult {
+  const own = variants.find((v) => v.id === target.variant);
+  const reference = variants.find((v) => v.id === target.reference);
+  const rounds = Math.min(own?.rounds.length ?? 0, target.reference ? (reference?.rounds.length ?? 0) : Infinity);
+  const perRound: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const value = (own as VariantResult).rounds[i][target.metric];
+    perRound.push(reference ? value / reference.rounds[i][target.metric] : value);
+  }
+  const result: TargetResult = { label: target.label, perRound, atLeast: target.atLeast, atMost: target.atMost };
+  if (perRound.length === 0) return result;
+  result.summary = summarize(perRound);
+  if (!judge) return result;
+  if (target.atLeast !== undefined) result.met = result.summary.median >= target.atLeast;
+  else if (target.atMost !== undefined) result.met = result.summary.median <= target.atMost;
+  return result;
+}
+
+/** Warm-up (full size only), then the rounds, each running every variant once: A B C A B C ... */
+async function runScenario(
+  scenario: Scenario,
+  warmup: Scenario | undefined,
+  quick: boolean,
+  redis: BenchRedis,
+  admin: Redis,
+): Promise<ScenarioResult> {
+  const started = performance.now();
+  const loadBefore = loadavg()[0];
+  const variants: VariantResult[] = scenario.variants.map((v) => ({ id: v.id, label: v.label, events: v.events, rounds: [] }));
+  const errors: string[] = [];
+  try {
+    for (const variant of warmup?.variants ?? []) await runOnce(variant, redis, admin, scenario.id);
+    for (let round = 0; round < scenario.rounds; round++) {
+      for (let i = 0; i < scenario.variants.length; i++) {
+        variants[i].rounds.push((await runOnce(scenario.variants[i], redis, admin, scenario.id)).metrics);
+      }
+    }
+  } catch (error) {
+    errors.push((error as Error).stack ?? String(error));
+  }
+  // Ratios only over rounds in which every variant ran.
+  const complete = Math.min(...variants.map((v) => v.rounds.length));
+  for (const v of variants) v.rounds.length = complete;
+  // Quick runs are too small to say anything about speed: they only check that everything ran.
+  const targets = scenario.targets.map((t) => evaluate(t, variants, !quick));
+  return {
+    id: scenario.id,
+    title: scenario.title,
+    metrics: scenario.metrics,
+    variants,
+    targets,
+    errors,
+    seconds: (performance.now() - started) / 1000,
+    load: [loadBefore, loadavg()[0]],
+  };
+}
+
+async function runPass(redis: BenchRedis, args: Args, label: string): Promise<PassResult> {
+  const started = performance.now();
+  const admin = new Redis(redis.url);
+  try {
+    const redisVersion = (await info(admin, 'server')).get('redis_version') ?? '?';
+    console.log(`\n#### ${label}: Redis ${redisVersion} at ${redis.url}`);
+    const scenarios: ScenarioResult[] = [];
+    for (const factory of scenarioFactories) {
+      const scenario = factory(args.size);
+      if (args.only && !args.only.includes(scenario.id)) continue;
+      if (args.rounds) scenario.rounds = args.rounds;
+      const warmup = args.size === 'full' && scenario.warmup ? factory('quick') : undefined;
+      for (const s of [scenario, warmup]) {
+        if (s && args.variants) s.variants = s.variants.filter((v) => args.variants?.includes(v.id));
+      }
+      const result = await runScenario(scenario, warmup, args.size === 'quick', redis, admin);
+      console.log(scenarioText(result));
+      scenarios.push(result);
+    }
+    return { redis: label, redisVersion, scenarios, seconds: (performance.now() - started) / 1000 };
+  } finally {
+    admin.disconnect();
+  }
+}
+
+async function main(): Promise<number> {
+  const args = parseArgs(process.argv.slice(2));
+  const started = performance.now();
+  const passes: PassResult[] = [];
+  const external = process.env.EVENTRAIL_REDIS_URL;
+  if (external) {
+    if (args.aof) console.warn('--aof is ignored with EVENTRAIL_REDIS_URL: that server keeps its own persistence settings');
+    passes.push(await runPass(await externalRedis(external), args, 'EVENTRAIL_REDIS_URL (prefixes, never flushed)'));
+  } else {
+    const settings = args.aof ? (['none', 'aof-always'] as const) : (['none'] as const);
+    for (const persistence of settings) {
+      current = await startRedisServer(persistence);
+      try {
+        const label = persistence === 'none' ? 'no persistence' : '`appendonly yes`, `appendfsync always`';
+        passes.push(await runPass(current, args, label));
+      } finally {
+        await current.stop();
+        current = undefined;
+      }
+    }
+  }
+  const result: BenchResult = {
+    date: new Date().toISOString(),
+    size: args.size,
+    machine: { nproc: availableParallelism(), cpu: cpus()[0]?.model ?? '?', node: process.version, os: `Linux ${release()}` },
+    passes,
+    seconds: (performance.now() - started) / 1000,
+  };
+  const name = args.size === 'quick' ? 'quick' : 'latest';
+  const markdown = resultMarkdown(result);
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  writeFileSync(join(RESULTS_DIR, `${name}.json`), JSON.stringify(result, null, 2) + '\n');
+  writeFileSync(join(RESULTS_DIR, `${name}.md`), markdown);
+  console.log(`\n${markdown}\nWritten: bench/results/${name}.json, bench/results/${name}.md`);
+  return exitCode(result);
+}
+
+/** 1 when a scenario failed or did not run; with BENCH_ENFORCE=1 also when a target was missed. */
+function exitCode(result: BenchResult): number {
+  const scenarios = result.passes.flatMap((p) => p.scenarios);
+  const failed = scenarios.filter((s) => s.errors.length > 0 || s.variants.some((v) => v.rounds.length === 0));
+  if (scenarios.length === 0) console.error('No scenario ran (check --only).');
+  for (const s of failed) console.error(`FAILED: ${s.title}`);
+  const missed = result.passes.flatMap((p) =>
+    p.redis === 'no persistence' || p.redis.startsWith('EVENTRAIL')
+      ? p.scenarios.flatMap((s) => s.targets.filter((t) => t.met === false))
+      : [],
+  );
+  if (missed.length > 0) console.log(`Targets missed: ${missed.map((t) => t.label).join('; ')}`);
+  if (scenarios.length === 0 || failed.length > 0) return 1;
+  if (process.env.BENCH_ENFORCE === '1' && missed.length > 0) {
+    console.error('BENCH_ENFORCE=1: exiting with 1 because targets were missed');
+    return 1;
+  }
+  return 0;
+}
+
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
+  process.once(signal, () => {
+    console.error(`${signal}: stopping`);
+    void (current?.stop() ?? Promise.resolve()).finally(() => process.exit(code));
+  });
+}
+
+main()
+  .catch((error: unknown) => {
+    console.error((error as Error).stack ?? String(error));
+    return 1;
+  })
+  .then((code) => process.exit(code));

@@ -1,0 +1,12 @@
+import type { ScenarioFactory } from '../support/scenario';
+import { drain } from './drain';
+import { idle } from './idle';
+import { latency } from './latency';
+import { listLock } from './list-lock';
+import { memory } from './memory';
+import { publishBatch } from './publish-batch';
+import { publishCallers } from './publish-callers';
+import { waitingHandlers } from './waiting-handlers';
+
+/** Every scenario, in the order they run and are reported. */
+export const scenarioFactories: ScenarioFactory[] = [publishBatch, publishCallers, drain, waitingHandlers, latency, memory, idle, listLock];

@@ -1,0 +1,64 @@
+import { randomUUID } from 'node:crypto';
+
+/** Event type of every benchmark event. */
+export const BENCH_EVENT = 'order.created';
+/** Every payload's JSON is exactly this long, in every scenario and for every system. */
+export const PAYLOAD_BYTES = 200;
+
+export interface BenchPayload {
+  orderId: string;
+  customerId: string;
+  amountCents: number;
+  currency: string;
+  items: Array<{ sku: string; qty: number }>;
+  /** Epoch ms (sub-ms precision) when the producer called publish; 0 outside the latency scenario. */
+  sentAt: number;
+  note: string;
+}
+
+/** The 200-byte payload; `note` is padded so the JSON is exactly `PAYLOAD_BYTES` whatever `sentAt` is. */
+export function makePayload(sentAt = 0): BenchPayload {
+  const payload: BenchPayload = {
+    orderId: 'order-0001234567',
+    customerId: 'customer-00042',
+    amountCents: 129_900,
+    currency: 'EUR',
+    items: [
+      { sku: 'SKU-1001', qty: 1 },
+      { sku: 'SKU-2002', qty: 2 },
+    ],
+    sentAt,
+    note: '',
+  };
+  payload.note = 'x'.repeat(PAYLOAD_BYTES - JSON.stringify(payload).length);
+  return payload;
+}
+
+export const PAYLOAD = makePayload();
+
+/** Wall-clock epoch ms with sub-millisecond precision, comparable across processes on one host. */
+export function epochNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** The minimal raw entry: event type and JSON data. */
+export function minimalFields(json: string): string[] {
+  return ['event', BENCH_EVENT, 'data', json];
+}
+
+/**
+ * A raw entry with the fields eventrail writes, in its order (see the README's
+ * wire format): a UUIDv7-shaped id, event, optional key, time, data.
+ */
+export function eventrailLikeFields(json: string, now: number, key?: string): string[] {
+  const id = now.toString(16).padStart(12, '0');
+  const uuid = `${id.slice(0, 8)}-${id.slice(8, 12)}-7${randomUUID().slice(15)}`;
+  return key === undefined
+    ? ['id', uuid, 'event', BENCH_EVENT, 'time', String(now), 'data', json]
+    : ['id', uuid, 'event', BENCH_EVENT, 'key', key, 'time', String(now), 'data', json];
+}
+
+/** The ordering key of the i-th event when events are spread over `keys` keys. */
+export function keyOf(i: number, keys: number): string {
+  return `customer-${i % keys}`;
+}

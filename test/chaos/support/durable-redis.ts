@@ -1,0 +1,80 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort, RedisServer, startRedisServer } from '../../support/redis-server';
+
+/** Every acknowledged write is on disk before the reply: a SIGKILL loses nothing that was acknowledged. */
+const AOF_ALWAYS = ['--appendonly', 'yes', '--appendfsync', 'always'];
+
+/** Pids of servers started here and not yet stopped, killed if the test run dies first. */
+const running = new Set<number>();
+process.once('exit', () => {
+  for (const pid of running) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+});
+
+/**
+ * A redis-server of the test's own, with AOF fsynced on every write, in a
+ * temporary directory, on a fixed loopback port, so it can be SIGKILLed and
+ * started again where clients reconnect to it.
+ */
+export class DurableRedis {
+  /** Pids of every incarnation, the first one included. */
+  readonly pids: number[] = [];
+
+  private constructor(
+    readonly port: number,
+    readonly dir: string,
+    private server: RedisServer,
+  ) {
+    this.track(server);
+  }
+
+  static async start(): Promise<DurableRedis> {
+    const dir = mkdtempSync(join(tmpdir(), 'eventrail-chaos-redis-'));
+    const port = await freePort();
+    const server = await startRedisServer(port, [...AOF_ALWAYS, '--dir', dir]);
+    return new DurableRedis(port, dir, server);
+  }
+
+  get url(): string {
+    return this.server.url;
+  }
+
+  get pid(): number {
+    return this.server.pid;
+  }
+
+  /**
+   * SIGKILLs the server by pid, waits for it to exit, keeps it down for
+   * `downMs` (the outage clients live through), and starts it again on the
+   * same port and directory, where it reloads its AOF. Resolves with how long
+   * it was not answering.
+   */
+  async crashAndRestart(downMs = 0): Promise<number> {
+    const killedAt = Date.now();
+    await this.server.stop('SIGKILL');
+    running.delete(this.server.pid);
+    if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs));
+    this.server = await startRedisServer(this.port, [...AOF_ALWAYS, '--dir', this.dir]);
+    this.track(this.server);
+    return Date.now() - killedAt;
+  }
+
+  /** Kills the server and removes its directory. */
+  async destroy(): Promise<void> {
+    await this.server.stop('SIGKILL');
+    running.delete(this.server.pid);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  private track(server: RedisServer): void {
+    this.pids.push(server.pid);
+    running.add(server.pid);
+  }
+}
