@@ -1,4 +1,5 @@
 import type { ScenarioFactory } from '../support/scenario';
+import { cluster } from './cluster';
 import { drain } from './drain';
 import { idle } from './idle';
 import { latency } from './latency';
@@ -9,4 +10,14 @@ import { publishCallers } from './publish-callers';
 import { waitingHandlers } from './waiting-handlers';
 
 /** Every scenario, in the order they run and are reported. */
-export const scenarioFactories: ScenarioFactory[] = [publishBatch, publishCallers, drain, waitingHandlers, latency, memory, idle, listLock];
+export const scenarioFactories: ScenarioFactory[] = [
+  publishBatch,
+  publishCallers,
+  drain,
+  waitingHandlers,
+  latency,
+  memory,
+  idle,
+  listLock,
+  cluster,
+];
