@@ -38,6 +38,8 @@ export class GroupConsumer {
   private rebalancing?: Promise<void>;
   private rebalanceAgain = false;
   private tickFailing = false;
+  private ticking?: Promise<void>;
+  private tickAgain = false;
   private readonly info: string;
 
   constructor(
@@ -112,11 +114,34 @@ export class GroupConsumer {
   }
 
   /**
+   * One tick at a time: while Redis is down a tick waits, and the timer's
+   * next ones would otherwise pile up behind it. A tick asked for meanwhile
+   * runs once more afterwards.
+   */
+  private tick(): Promise<void> {
+    if (this.ticking) {
+      this.tickAgain = true;
+      return this.ticking;
+    }
+    this.ticking = (async () => {
+      try {
+        do {
+          this.tickAgain = false;
+          await this.tickOnce();
+        } while (this.tickAgain && this.running);
+      } finally {
+        this.ticking = undefined;
+      }
+    })();
+    return this.ticking;
+  }
+
+  /**
    * Heartbeat and lease renewals, sent together (one round trip; separate
    * commands because on a cluster they live in different slots), then a
    * rebalance if the membership changed.
    */
-  private async tick(): Promise<void> {
+  private async tickOnce(): Promise<void> {
     if (!this.running) return;
     const { keys, client } = this.redis;
     const owned = [...this.workers.values()].filter((w) => w.active);

@@ -1,8 +1,10 @@
 import { EventrailError } from './eventrail.error';
 
 /**
- * Redis did not answer: at startup within `startupTimeoutMs`, or for a publish
- * (the event was not appended).
+ * Redis did not answer: at startup within `startupTimeoutMs`, or for a
+ * publish. A publish refused before sending (no connection) appended nothing;
+ * one that failed after it was sent may or may not have been appended, so
+ * retry it with an explicit id and `dedupWindowMs` to append it once.
  */
 export class RedisUnavailableError extends EventrailError {
   constructor(

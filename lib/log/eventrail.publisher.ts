@@ -78,7 +78,7 @@ export class EventrailPublisher {
       const offset = await this.redis.client.xadd(this.redis.keys.stream(prepared.partition), '*', ...prepared.fields);
       return { id: prepared.id, partition: prepared.partition, offset: offset as string };
     } catch (error) {
-      throw new RedisUnavailableError(`publish of "${event}" failed, the event was not appended`, error);
+      throw new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
     }
   }
 
@@ -102,7 +102,10 @@ export class EventrailPublisher {
     try {
       sent = await this.append(prepared, replicated);
     } catch (error) {
-      throw new RedisUnavailableError(`publish of ${prepared.length} event(s) failed`, error);
+      throw new RedisUnavailableError(
+        `publish of ${prepared.length} event(s) failed after it was sent: they may or may not have been appended`,
+        error,
+      );
     }
     const results: PublishResult[] = new Array(prepared.length);
     let failed: Error | undefined;
