@@ -83,7 +83,11 @@ describe('on Redis Cluster', () => {
   it('spreads the partitions over every master', async () => {
     prefix = 'spread';
     const app = await boot({}, []);
-    const nodes = await app.get(EventrailAdmin).nodes();
+    // Replicas show up in every node's CLUSTER SLOTS once gossip has spread them.
+    const nodes = await waitFor(async () => {
+      const found = await app.get(EventrailAdmin).nodes();
+      return found.every((n) => n.replicas.length === 1) ? found : undefined;
+    }, 'every primary listed with its replica');
     expect(nodes).toHaveLength(3);
     for (const node of nodes) {
       expect(node.partitions.length).toBeGreaterThan(0);

@@ -72,7 +72,8 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     await Promise.all(nodes.map((n) => waitUntilAnswers(`redis://127.0.0.1:${n.port}`, 10_000)));
     await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes']);
     await waitForClusterOk(nodes.map((n) => n.port));
-    await waitForReplicas(nodes[0].port, masters);
+    // Every node's view, since a client asks whichever node it likes.
+    await Promise.all(nodes.map((n) => waitForReplicas(n.port, masters)));
   } catch (error) {
     await stop();
     throw error;
