@@ -19,34 +19,32 @@ export interface PrometheusMetricsOptions {
 export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}): EventrailMetrics {
   const registry = options.registry ?? defaultRegistry;
   const prefix = options.prefix ?? 'eventrail_';
+  // A second call with the same registry reuses the metrics instead of failing to register them twice.
+  const reuse = <T>(name: string, create: (config: { name: string; registers: Registry[] }) => T): T =>
+    (registry.getSingleMetric(prefix + name) as T | undefined) ?? create({ name: prefix + name, registers: [registry] });
   const counter = (name: string, help: string, labelNames: string[]): Counter =>
-    (registry.getSingleMetric(prefix + name) as Counter | undefined) ??
-    new Counter({ name: prefix + name, help, labelNames, registers: [registry] });
+    reuse(name, (config) => new Counter({ ...config, help, labelNames }));
 
   const processed = counter('messages_processed_total', 'Messages whose handlers all succeeded', ['group', 'event']);
   const errors = counter('handler_errors_total', 'Failed handler attempts (retried or not)', ['group', 'event']);
   const deadLettered = counter('messages_dead_lettered_total', 'Messages written to the dead-letter stream', ['group', 'event']);
   const skipped = counter('messages_skipped_total', 'Entries passed over without a handler call', ['group', 'reason']);
   const leases = counter('lease_changes_total', 'Partition leases taken and lost by this process', ['group', 'change']);
-  const durationName = `${prefix}handler_duration_seconds`;
-  const duration =
-    (registry.getSingleMetric(durationName) as Histogram | undefined) ??
-    new Histogram({
-      name: durationName,
-      help: 'Time from the first attempt of a message to the success of its handlers',
-      labelNames: ['group', 'event'],
-      buckets: options.buckets ?? [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30],
-      registers: [registry],
-    });
-  const lagName = `${prefix}lag`;
-  const lag =
-    (registry.getSingleMetric(lagName) as Gauge | undefined) ??
-    new Gauge({
-      name: lagName,
-      help: 'Entries after the committed offset (sampled every heartbeat)',
-      labelNames: ['group', 'partition'],
-      registers: [registry],
-    });
+  const duration = reuse(
+    'handler_duration_seconds',
+    (config) =>
+      new Histogram({
+        ...config,
+        help: 'Time from the first attempt of a message to the success of its handlers',
+        labelNames: ['group', 'event'],
+        buckets: options.buckets ?? [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30],
+      }),
+  );
+  const lag = reuse(
+    'lag',
+    (config) =>
+      new Gauge({ ...config, help: 'Entries after the committed offset (sampled every heartbeat)', labelNames: ['group', 'partition'] }),
+  );
 
   return {
     onMessageProcessed: (group, event, durationMs) => {

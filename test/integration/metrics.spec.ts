@@ -92,5 +92,8 @@ describe('metrics hooks', () => {
     expect(text).toContain('eventrail_handler_errors_total{group="shipping",event="order.paid"} 1');
     expect(text).toContain('eventrail_handler_duration_seconds_count{group="shipping",event="order.paid"} 1');
     expect(text).toContain('eventrail_lease_changes_total{group="shipping",change="acquired"} 1');
+    // A second adapter on the same registry (a second app in one process) reuses the metrics.
+    expect(() => createPrometheusMetrics({ registry }).onMessageProcessed?.('shipping', 'order.paid', 1)).not.toThrow();
+    expect(await registry.metrics()).toContain('eventrail_messages_processed_total{group="shipping",event="order.paid"} 2');
   });
 });
