@@ -21,7 +21,11 @@ export { EventrailAdmin } from './admin/eventrail-admin';
 export { LAG_COUNT_CAP } from './log/lag';
 export type { EventrailMetrics, SkipReason } from './metrics/eventrail-metrics';
 export type {
+  DeadLetterPage,
+  FollowOptions,
   GroupStatus,
+  LogEntry,
+  LogPage,
   LogStats,
   MemberStatus,
   NodeStatus,
@@ -30,6 +34,8 @@ export type {
   OffsetTarget,
   PartitionLogStats,
   PartitionStatus,
+  ProgressListener,
+  ReadLogOptions,
 } from './admin/admin.types';
 export type { DeadLetter } from './log/dead-letter.codec';
 export type { GiveUpReason } from './consumer/failed-message';

@@ -54,6 +54,8 @@ export interface PartitionLogStats {
   length: number;
   firstId: string | null;
   lastId: string | null;
+  /** Entries ever appended, trimmed ones included (Redis 7.0 and later; null before): its rate is the publish rate. */
+  entriesAdded: number | null;
 }
 
 export interface LogStats {
@@ -73,4 +75,71 @@ export interface NodeStatus {
   slots: Array<[number, number]>;
   /** Partitions whose keys live on it. */
   partitions: number[];
+}
+
+/** One entry of the log as `EventrailAdmin.readLog` and `follow` return it. */
+export interface LogEntry {
+  partition: number;
+  /** Stream id of the entry in its partition. */
+  offset: string;
+  /** Event id (the stream id when the producer wrote none); null for a malformed entry. */
+  id: string | null;
+  event: string | null;
+  key: string | null;
+  /** Parsed payload, or the raw string when it is not valid JSON. */
+  data: unknown;
+  headers: Record<string, string>;
+  publishedAt: Date | null;
+  /** Set on dead-letter replays and restores: the one group that handles the entry. */
+  to: string | null;
+  /** Why consumers dead-letter this entry without handling it, or null when it is well-formed. */
+  malformed: string | null;
+  /** Every field as stored, for malformed entries (null otherwise). */
+  fields: string[] | null;
+}
+
+export interface LogPage {
+  partition: number;
+  entries: LogEntry[];
+  /** Pass as `after` for the next page; null when the scan reached the end of the partition. */
+  next: string | null;
+}
+
+export interface ReadLogOptions {
+  /** First entry to return: a stream id (inclusive) or a time (entries appended at or after it, by Redis's clock). Default: the start. */
+  from?: string | Date;
+  /** Continue after this stream id (exclusive), as `LogPage.next` gives it. Wins over `from`. */
+  after?: string;
+  /**
+   * Entries to return, 1 to 1000.
+   * @default 50
+   */
+  count?: number;
+  /** Only these event types. Filtering scans at most 10000 entries per call; `next` continues the scan. */
+  events?: readonly string[];
+}
+
+export interface FollowOptions {
+  /** Only these event types. */
+  events?: readonly string[];
+  /** Ends the iteration. */
+  signal?: AbortSignal;
+}
+
+/** Reports progress of long operations: `done` of `total` units (total is null when unknown). */
+export type ProgressListener = (done: number, total: number | null) => void;
+
+export interface DeadLetterPage {
+  /**
+   * Dead letters to return, 1 to 10000.
+   * @default 100
+   */
+  count?: number;
+  /** Continue after this dead-letter id (in the listing's order), as the last item of the previous page gives it. */
+  after?: string;
+  /**
+   * Newest first instead of oldest first.
+   * @default false
+   */
+  newestFirst?: boolean;
 }

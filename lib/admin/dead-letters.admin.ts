@@ -4,6 +4,7 @@ import { FIELD } from '../log/codec';
 import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import type { DeadLetterPage, ProgressListener } from './admin.types';
 
 const PAGE = 500;
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
@@ -20,13 +21,31 @@ export class DeadLetterAdmin {
     private readonly options: ResolvedEventrailOptions,
   ) {}
 
-  /** A page of a group's dead letters, oldest first; pass the last `id` as `after` for the next page. */
-  async list(group: string, { count = 100, after }: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
+  /**
+   * A page of a group's dead letters, oldest first (newest first with
+   * `newestFirst`); pass the last `id` as `after` for the next page.
+   */
+  async list(group: string, { count = 100, after, newestFirst = false }: DeadLetterPage = {}): Promise<DeadLetter[]> {
     if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
     if (after !== undefined && !STREAM_ID.test(after))
       throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
-    const entries = await this.redis.client.xrange(this.redis.keys.deadLetters(group), after ? `(${after}` : '-', '+', 'COUNT', count);
+    const key = this.redis.keys.deadLetters(group);
+    const entries = newestFirst
+      ? await this.redis.client.xrevrange(key, after ? `(${after}` : '+', '-', 'COUNT', count)
+      : await this.redis.client.xrange(key, after ? `(${after}` : '-', '+', 'COUNT', count);
     return entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+  }
+
+  /** One dead letter by id, or null when there is none (replayed, purged or never existed). */
+  async get(group: string, id: string): Promise<DeadLetter | null> {
+    if (typeof id !== 'string' || !STREAM_ID.test(id)) throw new InvalidOptionError('id', id, 'a dead-letter id such as "1700000000000-0"');
+    const [found] = await this.redis.client.xrange(this.redis.keys.deadLetters(group), id, id);
+    return found ? decodeDeadLetter(found[0], found[1]) : null;
+  }
+
+  /** How many dead letters a group has. */
+  count(group: string): Promise<number> {
+    return this.redis.client.xlen(this.redis.keys.deadLetters(group));
   }
 
   /**
@@ -34,27 +53,33 @@ export class DeadLetterAdmin {
    * them), with their original event id, key and publish time, and removes
    * them from the dead-letter stream. Returns how many were replayed.
    */
-  async replay(group: string, ids: readonly string[] | 'all'): Promise<number> {
+  async replay(group: string, ids: readonly string[] | 'all', onProgress?: ProgressListener): Promise<number> {
     if (ids !== 'all') {
       if (!Array.isArray(ids)) throw new InvalidOptionError('ids', ids, "an array of dead-letter ids or 'all'");
       for (const id of ids)
         if (typeof id !== 'string' || !STREAM_ID.test(id))
           throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
       let replayed = 0;
-      for (let i = 0; i < ids.length; i += PAGE) replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
+      for (let i = 0; i < ids.length; i += PAGE) {
+        replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
+        onProgress?.(Math.min(i + PAGE, ids.length), ids.length);
+      }
       return replayed;
     }
     let replayed = 0;
     // Up to the last dead letter now: a replay that fails again is dead-lettered anew, after it,
     // and must not be picked up by this same call (it would replay in a loop).
     const key = this.redis.keys.deadLetters(group);
-    const [last] = await this.redis.client.xrevrange(key, '+', '-', 'COUNT', 1);
+    const [[last], total] = await Promise.all([this.redis.client.xrevrange(key, '+', '-', 'COUNT', 1), this.redis.client.xlen(key)]);
     if (!last) return 0;
     let after = '-';
+    let done = 0;
     for (;;) {
       const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
       if (page.length === 0) return replayed;
       replayed += await this.replayPage(group, page);
+      done += page.length;
+      onProgress?.(Math.min(done, total), total);
       after = `(${page[page.length - 1][0]}`;
     }
   }

@@ -7,11 +7,26 @@ import type { DeadLetter } from '../log/dead-letter.codec';
 import { offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { EventrailRetention } from '../retention/eventrail-retention';
-import type { ArchiveSource } from '../retention/retention.types';
+import type { ArchiveObject, ArchiveSource, RetentionRunResult } from '../retention/retention.types';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
-import type { GroupStatus, LogStats, NodeStatus, OffsetChange, OffsetResetResult, OffsetTarget, PartitionLogStats } from './admin.types';
+import type {
+  DeadLetterPage,
+  FollowOptions,
+  GroupStatus,
+  LogEntry,
+  LogPage,
+  LogStats,
+  NodeStatus,
+  OffsetChange,
+  OffsetResetResult,
+  OffsetTarget,
+  PartitionLogStats,
+  ProgressListener,
+  ReadLogOptions,
+} from './admin.types';
 import { DeadLetterAdmin } from './dead-letters.admin';
 import { GroupStatusReader } from './group-status.reader';
+import { LogReader } from './log.reader';
 
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 
@@ -25,6 +40,7 @@ const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 export class EventrailAdmin {
   private readonly status: GroupStatusReader;
   private readonly letters: DeadLetterAdmin;
+  private readonly log: LogReader;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -33,6 +49,7 @@ export class EventrailAdmin {
   ) {
     this.status = new GroupStatusReader(redis);
     this.letters = new DeadLetterAdmin(redis, options);
+    this.log = new LogReader(redis);
   }
 
   /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
@@ -162,18 +179,11 @@ export class EventrailAdmin {
       .sort((a, b) => a.node.localeCompare(b.node));
   }
 
-  /** Length and first/last id of every partition, and Redis memory when INFO is allowed. */
+  /** Length, first/last id and entries ever added of every partition, and Redis memory when INFO is allowed. */
   async stats(): Promise<LogStats> {
     const { keys, client } = this.redis;
     const partitions: PartitionLogStats[] = await Promise.all(
-      keys.streams.map(async (stream, partition) => {
-        const [length, first, last] = await Promise.all([
-          client.xlen(stream),
-          client.xrange(stream, '-', '+', 'COUNT', 1),
-          client.xrevrange(stream, '+', '-', 'COUNT', 1),
-        ]);
-        return { partition, length, firstId: first[0]?.[0] ?? null, lastId: last[0]?.[0] ?? null };
-      }),
+      keys.streams.map((stream, partition) => this.partitionStats(stream, partition)),
     );
     const usedMemoryBytes = await client.info('memory').then(
       (info) => Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN) || null,
@@ -182,34 +192,111 @@ export class EventrailAdmin {
     return { prefix: this.options.prefix, partitions, usedMemoryBytes };
   }
 
-  /** A page of a group's dead letters, oldest first; pass the last `id` as `after` for the next page. */
-  async deadLetters(group: string, page: { count?: number; after?: string } = {}): Promise<DeadLetter[]> {
+  /**
+   * A page of a group's dead letters, oldest first (newest first with
+   * `newestFirst`); pass the last `id` as `after` for the next page.
+   */
+  async deadLetters(group: string, page: DeadLetterPage = {}): Promise<DeadLetter[]> {
     await this.assertGroup(group);
     return this.letters.list(group, page);
+  }
+
+  /** One dead letter of a group by its id, or null when there is none (replayed, purged or never existed). */
+  async deadLetter(group: string, id: string): Promise<DeadLetter | null> {
+    await this.assertGroup(group);
+    return this.letters.get(group, id);
+  }
+
+  /** How many dead letters a group has. */
+  async deadLetterCount(group: string): Promise<number> {
+    await this.assertGroup(group);
+    return this.letters.count(group);
   }
 
   /**
    * Appends dead letters back to the log for `group` alone (other groups skip
    * them), with their original event id, key and publish time, and removes
-   * them from the dead-letter stream. Returns how many were replayed.
+   * them from the dead-letter stream. Returns how many were replayed;
+   * `onProgress` hears after each page of 500.
    */
-  async replayDeadLetters(group: string, ids: readonly string[] | 'all'): Promise<number> {
+  async replayDeadLetters(
+    group: string,
+    ids: readonly string[] | 'all',
+    { onProgress }: { onProgress?: ProgressListener } = {},
+  ): Promise<number> {
     await this.assertGroup(group);
-    return this.letters.replay(group, ids);
+    return this.letters.replay(group, ids, onProgress);
   }
 
   /**
    * Appends archived entries (see `retention.archive`) back to the log for `group` alone: the other groups
-   * skip them. They keep their event id, key and publish time. Returns how many were appended.
+   * skip them. They keep their event id, key and publish time. Returns how many were appended;
+   * `onProgress` hears after each archive object.
    */
-  restoreArchive(group: string, source: ArchiveSource): Promise<number> {
-    return this.retention.restoreArchive(group, source);
+  restoreArchive(group: string, source: ArchiveSource, options: { onProgress?: ProgressListener } = {}): Promise<number> {
+    return this.retention.restoreArchive(group, source, options);
+  }
+
+  /** Archive objects written for this log (needs `retention.archive`), optionally of one partition. */
+  listArchives(options: { partition?: number } = {}): Promise<ArchiveObject[]> {
+    return this.retention.listArchives(options);
+  }
+
+  /**
+   * Runs one retention cycle now (needs the `retention` option; `enabled: false`
+   * is enough, no scheduler is involved). `onProgress` hears after each partition.
+   */
+  runRetention(options: { onProgress?: ProgressListener } = {}): Promise<RetentionRunResult> {
+    return this.retention.runOnce(options);
+  }
+
+  /**
+   * A page of one partition of the log from a stream id or a time, optionally
+   * of some event types only. Pass `next` as `after` for the next page.
+   */
+  readLog(partition: number, options: ReadLogOptions = {}): Promise<LogPage> {
+    return this.log.read(partition, options);
+  }
+
+  /** One entry of the log by partition and stream id, or null when there is none (trimmed or never existed). */
+  logEntry(partition: number, offset: string): Promise<LogEntry | null> {
+    return this.log.entry(partition, offset);
+  }
+
+  /**
+   * Entries appended to any partition from now on, as they come, until
+   * `signal` aborts or the loop breaks. Waits in `XREAD BLOCK`: idle costs nothing.
+   */
+  follow(options: FollowOptions = {}): AsyncGenerator<LogEntry> {
+    return this.log.follow(options);
   }
 
   /** Deletes every dead letter of a group; returns how many there were. */
   async purgeDeadLetters(group: string): Promise<number> {
     await this.assertGroup(group);
     return this.letters.purge(group);
+  }
+
+  private async partitionStats(stream: string, partition: number): Promise<PartitionLogStats> {
+    let reply: unknown[];
+    try {
+      reply = (await this.redis.client.xinfo('STREAM', stream)) as unknown[];
+    } catch (error) {
+      // A partition nobody published to yet has no stream key.
+      if (/no such key/i.test((error as Error).message)) return { partition, length: 0, firstId: null, lastId: null, entriesAdded: 0 };
+      throw error;
+    }
+    const info = new Map<string, unknown>();
+    for (let i = 0; i + 1 < reply.length; i += 2) info.set(String(reply[i]), reply[i + 1]);
+    const idOf = (entry: unknown): string | null => (Array.isArray(entry) ? String(entry[0]) : null);
+    const added = info.get('entries-added'); // Redis 7.0 and later
+    return {
+      partition,
+      length: Number(info.get('length') ?? 0),
+      firstId: idOf(info.get('first-entry')),
+      lastId: idOf(info.get('last-entry')),
+      entriesAdded: added === undefined ? null : Number(added),
+    };
   }
 
   /** The committed offset that makes `to` the next entry handled in a partition. */

@@ -1,3 +1,4 @@
+import type { ProgressListener } from '../admin/admin.types';
 import { Logger } from '@nestjs/common';
 import { ArchiveFormatError } from '../errors/archive-format.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
@@ -42,16 +43,17 @@ export class ArchiveRestorer {
       .sort((a, b) => a.partition - b.partition || compareStreamIds(a.firstId, b.firstId));
   }
 
-  async restore(group: string, source: ArchiveSource): Promise<number> {
+  async restore(group: string, source: ArchiveSource, onProgress?: ProgressListener): Promise<number> {
     const { objects, from, to } = await this.select(source);
     let restored = 0;
-    for (const object of objects) {
+    for (const [done, object] of objects.entries()) {
       const entries = (await decodeArchive(object.name, await this.sink.get(object.name))).filter(
         (e) => (from === undefined || compareStreamIds(e.id, from) >= 0) && (to === undefined || compareStreamIds(e.id, to) <= 0),
       );
       const count = await this.append(group, object, entries, restored);
       this.logger.log(`Restored ${count} entries of archive ${object.name} for group "${group}"`);
       restored += count;
+      onProgress?.(done + 1, objects.length);
     }
     return restored;
   }

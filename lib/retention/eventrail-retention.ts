@@ -10,6 +10,7 @@ import { createArchiveSink } from './archive/create-archive-sink';
 import { ArchiveRestorer } from './archive-restorer';
 import { RetentionCycle } from './retention-cycle';
 import { RetentionLock } from './retention-lock';
+import type { ProgressListener } from '../admin/admin.types';
 import { RetentionJob, RetentionScheduler } from './retention.scheduler';
 import type { ArchiveObject, ArchiveSource, RetentionRunResult } from './retention.types';
 
@@ -72,13 +73,13 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
    * reports per partition what was archived and trimmed, and which groups were
    * stale. Resolves with `ran: false` when another instance holds the lock.
    */
-  async runOnce(): Promise<RetentionRunResult> {
+  async runOnce({ onProgress }: { onProgress?: ProgressListener } = {}): Promise<RetentionRunResult> {
     const cycle = this.cycle;
     if (!cycle) throw new InvalidOptionError('retention', undefined, 'retention options in EventrailModule.forRoot to run a cycle');
     const previous = this.inFlight;
     const run = (async () => {
       await previous?.catch(() => undefined);
-      return this.runLocked(cycle);
+      return this.runLocked(cycle, onProgress);
     })();
     this.inFlight = run;
     try {
@@ -94,12 +95,12 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
    * headers. Returns how many were appended. Objects are restored one after the
    * other; an unreadable one stops the restore at it.
    */
-  async restoreArchive(group: string, source: ArchiveSource): Promise<number> {
+  async restoreArchive(group: string, source: ArchiveSource, { onProgress }: { onProgress?: ProgressListener } = {}): Promise<number> {
     const restorer = this.restorer();
     if (typeof group !== 'string' || !(await this.redis.client.sismember(this.redis.keys.groups, group))) {
       throw new UnknownGroupError(String(group));
     }
-    return restorer.restore(group, source);
+    return restorer.restore(group, source, onProgress);
   }
 
   /** Archive objects written for this log, optionally of one partition, by partition and id. */
@@ -116,7 +117,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
     void this.runOnce().catch((error: unknown) => this.logger.error(`Retention cycle failed: ${(error as Error).message}`));
   }
 
-  private async runLocked(cycle: RetentionCycle): Promise<RetentionRunResult> {
+  private async runLocked(cycle: RetentionCycle, onProgress?: ProgressListener): Promise<RetentionRunResult> {
     await this.redis.whenPrepared();
     const lock = new RetentionLock(this.redis, LOCK_TTL_MS);
     if (!(await lock.acquire())) {
@@ -124,7 +125,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
       return { ran: false, staleGroups: [], partitions: [], deadLetters: [] };
     }
     try {
-      return { ran: true, ...(await cycle.run(lock, () => this.stopping)) };
+      return { ran: true, ...(await cycle.run(lock, () => this.stopping, onProgress)) };
     } finally {
       await lock
         .release()

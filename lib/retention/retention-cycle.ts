@@ -1,3 +1,4 @@
+import type { ProgressListener } from '../admin/admin.types';
 import { Logger } from '@nestjs/common';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { archiveName, encodeArchive } from './archive/archive-file';
@@ -28,7 +29,7 @@ export class RetentionCycle {
     private readonly sink: ArchiveSink | undefined,
   ) {}
 
-  async run(lock: RetentionLock, stopping: () => boolean): Promise<Omit<RetentionRunResult, 'ran'>> {
+  async run(lock: RetentionLock, stopping: () => boolean, onProgress?: ProgressListener): Promise<Omit<RetentionRunResult, 'ran'>> {
     const { now, groups } = await readGroupHolds(this.redis, this.options.staleGroupMs);
     const staleGroups = groups.filter((g) => !g.live).map((g) => g.group);
     this.reportStale(staleGroups);
@@ -36,6 +37,7 @@ export class RetentionCycle {
     const partitions: PartitionRetentionResult[] = [];
     for (let p = 0; p < this.redis.keys.partitions && !stopping(); p++) {
       partitions.push(await this.partition(p, now, live, lock));
+      onProgress?.(p + 1, this.redis.keys.partitions);
       if (!(await lock.extend())) {
         this.logger.warn(`Retention lock expired during the cycle (after partition ${p}); leaving the rest to the next cycle`);
         break;

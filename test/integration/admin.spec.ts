@@ -75,8 +75,8 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
 
     const stats = await admin.stats();
     expect(stats.partitions).toEqual([
-      { partition: 0, length: 0, firstId: null, lastId: null },
-      { partition: 1, length: 3, firstId: published[0].offset, lastId: published[2].offset },
+      { partition: 0, length: 0, firstId: null, lastId: null, entriesAdded: 0 },
+      { partition: 1, length: 3, firstId: published[0].offset, lastId: published[2].offset, entriesAdded: 3 },
     ]);
     expect(stats.usedMemoryBytes).toBeGreaterThan(0);
   });
