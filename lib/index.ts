@@ -68,3 +68,7 @@ export type {
 export { ScheduleModuleMissingError } from './errors/schedule-module-missing.error';
 export { MissingPeerDependencyError } from './errors/missing-peer-dependency.error';
 export { ArchiveFormatError } from './errors/archive-format.error';
+export { EventrailDashboardModule } from './dashboard/eventrail-dashboard.module';
+export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
+export type { DashboardOverview } from './dashboard/dashboard-api.controller';
+export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';

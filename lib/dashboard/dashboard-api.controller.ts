@@ -1,0 +1,145 @@
+import { Injectable, Body, Delete, Get, HttpCode, Inject, NotFoundException, Options, Param, Post, Query } from '@nestjs/common';
+import { EventrailAdmin } from '../admin/eventrail-admin';
+import type { GroupStatus, LogEntry, LogPage, NodeStatus, PartitionLogStats } from '../admin/admin.types';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import type { DeadLetter } from '../log/dead-letter.codec';
+import { DASHBOARD_OPTIONS } from './dashboard.constants';
+import type { ResolvedDashboardOptions } from './dashboard.options';
+import { fromParam, integerParam, listParam, optionalString, replayTarget } from './dashboard-query';
+import { PublicRoute, WriteRoute } from './dashboard-route.decorators';
+
+/** Newest dead letters shown as a group's recent errors. */
+const RECENT_ERRORS = 10;
+
+export interface DashboardOverview {
+  time: Date;
+  prefix: string;
+  partitions: number;
+  redis: { status: string; pingMs: number; usedMemoryBytes: number | null };
+  nodes: NodeStatus[];
+  log: { partitions: PartitionLogStats[]; length: number; entriesAdded: number | null };
+  groups: GroupStatus[];
+}
+
+/**
+ * The dashboard's JSON API under `<path>/api`, a thin layer over
+ * `EventrailAdmin`: it reads query strings and bodies into the service's
+ * options and nothing else. `EventrailDashboardModule` mounts a subclass at
+ * the configured path, behind `DashboardAccessGuard`.
+ */
+@Injectable()
+export class DashboardApiController {
+  constructor(
+    private readonly admin: EventrailAdmin,
+    @Inject(DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
+  ) {}
+
+  /** What the UI needs before it asks for the token. */
+  @Get('config')
+  @PublicRoute()
+  config(): { authRequired: boolean; readOnly: boolean; refreshMs: number } {
+    return { authRequired: this.options.token !== null, readOnly: this.options.readOnly, refreshMs: this.options.refreshMs };
+  }
+
+  @Get('overview')
+  async overview(): Promise<DashboardOverview> {
+    const [pingMs, stats, nodes, groups] = await Promise.all([
+      this.admin.ping(),
+      this.admin.stats(),
+      this.admin.nodes(),
+      this.admin.groups(),
+    ]);
+    const length = stats.partitions.reduce((sum, p) => sum + p.length, 0);
+    const added = stats.partitions.map((p) => p.entriesAdded);
+    const entriesAdded = added.includes(null) ? null : (added as number[]).reduce((sum, n) => sum + n, 0);
+    return {
+      time: new Date(),
+      prefix: stats.prefix,
+      partitions: stats.partitions.length,
+      redis: { status: this.admin.connectionStatus(), pingMs, usedMemoryBytes: stats.usedMemoryBytes },
+      nodes,
+      log: { partitions: stats.partitions, length, entriesAdded },
+      groups,
+    };
+  }
+
+  @Get('groups')
+  groups(): Promise<GroupStatus[]> {
+    return this.admin.groups();
+  }
+
+  @Get('groups/:name')
+  async group(@Param('name') name: string): Promise<GroupStatus & { recentErrors: DeadLetter[] }> {
+    const status = await this.admin.group(name);
+    const recentErrors = await this.admin.deadLetters(name, { count: RECENT_ERRORS, newestFirst: true });
+    return { ...status, recentErrors };
+  }
+
+  /** Newest first by default (`order=oldest` for the other way); `next` continues the listing. */
+  @Get('groups/:name/dead-letters')
+  async deadLetters(
+    @Param('name') name: string,
+    @Query() query: Record<string, unknown>,
+  ): Promise<{ items: DeadLetter[]; next: string | null; total: number }> {
+    const count = integerParam('count', query.count, 50);
+    const order = optionalString('order', query.order) ?? 'newest';
+    if (order !== 'newest' && order !== 'oldest') throw new InvalidOptionError('order', order, '"newest" or "oldest"');
+    const [items, total] = await Promise.all([
+      this.admin.deadLetters(name, { count, after: optionalString('after', query.after), newestFirst: order === 'newest' }),
+      this.admin.deadLetterCount(name),
+    ]);
+    return { items, next: items.length === count ? items[items.length - 1].id : null, total };
+  }
+
+  @Get('groups/:name/dead-letters/:id')
+  async deadLetter(@Param('name') name: string, @Param('id') id: string): Promise<DeadLetter> {
+    const letter = await this.admin.deadLetter(name, id);
+    if (!letter) throw new NotFoundException(`No dead letter ${id} in group "${name}" (replayed, purged or never there)`);
+    return letter;
+  }
+
+  @Post('groups/:name/dead-letters/replay')
+  @WriteRoute()
+  @HttpCode(200)
+  async replay(@Param('name') name: string, @Body() body: unknown): Promise<{ replayed: number }> {
+    return { replayed: await this.admin.replayDeadLetters(name, replayTarget(body)) };
+  }
+
+  @Delete('groups/:name/dead-letters')
+  @WriteRoute()
+  async purge(@Param('name') name: string): Promise<{ purged: number }> {
+    return { purged: await this.admin.purgeDeadLetters(name) };
+  }
+
+  @Get('log')
+  log(@Query() query: Record<string, unknown>): Promise<LogPage> {
+    return this.admin.readLog(integerParam('partition', query.partition, 0), {
+      from: fromParam(query.from),
+      after: optionalString('after', query.after),
+      count: integerParam('count', query.count, 50),
+      events: listParam('event', query.event),
+    });
+  }
+
+  @Get('log/:partition/:offset')
+  async entry(@Param('partition') partition: string, @Param('offset') offset: string): Promise<LogEntry> {
+    const entry = await this.admin.logEntry(integerParam('partition', partition), offset);
+    if (!entry) throw new NotFoundException(`No entry ${offset} in partition ${partition} (trimmed or never there)`);
+    return entry;
+  }
+
+  /** CORS preflights; the guard answers them (headers for listed origins, 403 for the rest). */
+  @Options([
+    'overview',
+    'groups',
+    'groups/:name',
+    'groups/:name/dead-letters',
+    'groups/:name/dead-letters/:id',
+    'groups/:name/dead-letters/replay',
+    'log',
+    'log/:partition/:offset',
+  ])
+  @PublicRoute()
+  @HttpCode(204)
+  preflight(): void {}
+}

@@ -1,0 +1,54 @@
+import { NotFoundException } from '@nestjs/common';
+import { readFileSync, readdirSync } from 'node:fs';
+import { extname, join } from 'node:path';
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+};
+const BASE_PLACEHOLDER = '__EVENTRAIL_BASE__';
+
+export interface Asset {
+  body: Buffer;
+  type: string;
+}
+
+/**
+ * The UI's files, shipped built in `ui/` beside this file (no build step for
+ * the user) and read once. Only files found there are served, by exact name.
+ */
+export class DashboardAssets {
+  private readonly files = new Map<string, Asset>();
+  private readonly index: string;
+
+  constructor(directory = join(__dirname, 'ui')) {
+    for (const name of readdirSync(directory)) {
+      const type = TYPES[extname(name)];
+      if (type && name !== 'index.html') this.files.set(name, { body: readFileSync(join(directory, name)), type });
+    }
+    this.index = readFileSync(join(directory, 'index.html'), 'utf8');
+  }
+
+  /**
+   * The page, with `<base href>` set to the URL it was asked for, so that its
+   * relative asset and API URLs work under any mount path and global prefix.
+   */
+  page(requestUrl: string): Asset {
+    const path = requestUrl.split('?')[0];
+    const base = path.endsWith('/') ? path : `${path}/`;
+    return { body: Buffer.from(this.index.replace(BASE_PLACEHOLDER, escapeAttribute(base))), type: TYPES['.html'] };
+  }
+
+  file(name: string): Asset {
+    const asset = this.files.get(name);
+    if (!asset) throw new NotFoundException(`No dashboard asset "${name}"`);
+    return asset;
+  }
+}
+
+function escapeAttribute(value: string): string {
+  return value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}

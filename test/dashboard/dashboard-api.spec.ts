@@ -1,0 +1,289 @@
+import { Injectable, INestApplication, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import Redis from 'ioredis';
+import {
+  DashboardAuthRequiredError,
+  EventrailAdmin,
+  EventrailDashboardModule,
+  EventrailDashboardOptions,
+  EventrailMessage,
+  EventrailModule,
+  EventrailPublisher,
+  InvalidOptionError,
+  NonRetryableError,
+  OnEvent,
+} from '../../lib';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+
+// Response bodies are checked field by field below.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const body = (response: Response): Promise<any> => response.json();
+const TOKEN = 's3cret-token-for-tests';
+const ALLOWED = 'https://ops.example.com';
+let failing = true;
+const handled: number[] = [];
+
+@Injectable()
+class Billing {
+  @OnEvent('order.placed', 'billing')
+  bill(message: EventrailMessage<{ n: number }>): void {
+    if (failing) throw new NonRetryableError(`order ${message.data.n} refused`);
+    handled.push(message.data.n);
+  }
+}
+
+async function startApp(
+  platform: 'express' | 'fastify',
+  prefix: string,
+  dashboard: EventrailDashboardOptions,
+): Promise<{ app: INestApplication; url: string }> {
+  @Module({
+    imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 2 }), EventrailDashboardModule.register(dashboard)],
+    providers: [Billing],
+  })
+  class AppModule {}
+  const app =
+    platform === 'fastify'
+      ? await NestFactory.create(AppModule, new FastifyAdapter(), { logger: false })
+      : await NestFactory.create(AppModule, { logger: false });
+  await app.listen(0, '127.0.0.1');
+  const address = app.getHttpServer().address() as { port: number };
+  return { app, url: `http://127.0.0.1:${address.port}` };
+}
+
+describe.each(['express', 'fastify'] as const)('Dashboard API on %s', (platform) => {
+  let redis: Redis;
+  let prefix: string;
+  let app: INestApplication;
+  let base: string;
+  const call = (path: string, init: RequestInit & { token?: string | null } = {}): Promise<Response> => {
+    const { token = TOKEN, headers, ...rest } = init;
+    return fetch(`${base}/eventrail${path}`, {
+      ...rest,
+      headers: { ...(token === null ? {} : { authorization: `Bearer ${token}` }), ...(headers as Record<string, string>) },
+    });
+  };
+  const json = (body: unknown): RequestInit => ({
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+  });
+
+  beforeAll(() => {
+    redis = new Redis(testRedisUrl());
+  });
+  beforeEach(async () => {
+    prefix = uniquePrefix('dash');
+    failing = true;
+    handled.length = 0;
+    ({ app, url: base } = await startApp(platform, prefix, { auth: { token: TOKEN }, cors: { origins: [ALLOWED] } }));
+    const publisher = app.get(EventrailPublisher);
+    await publisher.publishMany([1, 2, 3].map((n) => ({ event: 'order.placed', data: { n, note: '<b>bold</b>' }, key: `k${n}` })));
+    await waitFor(async () => (await app.get(EventrailAdmin).deadLetterCount('billing')) === 3, 'three dead letters');
+  });
+  afterEach(async () => {
+    await app.close();
+    await deletePrefix(redis, prefix);
+  });
+  afterAll(() => redis.disconnect());
+
+  it('asks for the bearer token: missing and wrong are 401, right is 200; config is public', async () => {
+    const missing = await call('/api/groups', { token: null });
+    expect(missing.status).toBe(401);
+    expect(missing.headers.get('www-authenticate')).toBe('Bearer realm="eventrail"');
+    expect((await body(missing)).message).toMatch(/Missing bearer token/);
+    const wrong = await call('/api/groups', { token: `${TOKEN}x` });
+    expect(wrong.status).toBe(401);
+    expect((await body(wrong)).message).toMatch(/Invalid bearer token/);
+    expect((await call('/api/groups', { token: 'short' })).status).toBe(401);
+    const right = await call('/api/groups');
+    expect(right.status).toBe(200);
+    const groups = await body(right);
+    expect(groups).toEqual([expect.objectContaining({ name: 'billing', events: ['order.placed'], deadLetters: 3 })]);
+    const config = await call('/api/config', { token: null });
+    expect(await body(config)).toEqual({ authRequired: true, readOnly: false, refreshMs: 2000 });
+  });
+
+  it('serves overview, group, dead letters, the log and single entries from the admin service', async () => {
+    const overview = await body(await call('/api/overview'));
+    expect(overview).toMatchObject({ prefix, partitions: 2, redis: { status: 'ready' }, log: { length: 3, entriesAdded: 3 } });
+    expect(overview.redis.usedMemoryBytes).toBeGreaterThan(0);
+    expect(overview.groups[0]).toMatchObject({ name: 'billing', deadLetters: 3 });
+
+    // Two partitions dead-letter in parallel: the admin service says which order is newest first.
+    const newest = (await app.get(EventrailAdmin).deadLetters('billing', { newestFirst: true })).map((d) => d.id);
+    const group = await body(await call('/api/groups/billing'));
+    expect(group.recentErrors.map((d: { id: string }) => d.id)).toEqual(newest);
+    expect(group.recentErrors[0].error.message).toMatch(/^order \d refused$/);
+
+    const page = await body(await call('/api/groups/billing/dead-letters?count=2'));
+    expect(page.total).toBe(3);
+    expect(page.items.map((d: { id: string }) => d.id)).toEqual(newest.slice(0, 2));
+    const rest = await body(await call(`/api/groups/billing/dead-letters?count=2&after=${page.next}`));
+    expect(rest).toMatchObject({ next: null, total: 3 });
+    expect(rest.items.map((d: { id: string }) => d.id)).toEqual(newest.slice(2));
+    const one = await body(await call(`/api/groups/billing/dead-letters/${rest.items[0].id}`));
+    const n = one.data.n as number;
+    expect(one).toMatchObject({ data: { n, note: '<b>bold</b>' }, key: `k${n}`, attempts: 1 });
+
+    const partition = one.partition;
+    const log = await body(await call(`/api/log?partition=${partition}&event=order.placed,other`));
+    expect(log.entries.some((e: { data: { n: number } }) => e.data.n === n)).toBe(true);
+    const entry = await body(await call(`/api/log/${partition}/${one.offset}`));
+    expect(entry).toMatchObject({ offset: one.offset, event: 'order.placed', data: { n } });
+    const filteredOut = await body(await call(`/api/log?partition=${partition}&event=nothing.like.this`));
+    expect(filteredOut).toEqual({ partition, entries: [], next: null });
+  });
+
+  it('answers bad input with 400, unknown groups and entries with 404, naming what was wrong', async () => {
+    const cases: Array<[string, number, RegExp]> = [
+      ['/api/log?partition=9', 400, /partition/],
+      ['/api/log?partition=x', 400, /partition/],
+      ['/api/log?from=not-a-time', 400, /from/],
+      ['/api/groups/billing/dead-letters?count=0', 400, /count/],
+      ['/api/groups/billing/dead-letters?after=zzz', 400, /after/],
+      ['/api/groups/nope', 404, /Unknown consumer group "nope"/],
+      ['/api/groups/billing/dead-letters/1-0', 404, /No dead letter 1-0/],
+      ['/api/log/0/1-0', 404, /No entry 1-0/],
+    ];
+    for (const [path, status, message] of cases) {
+      const response = await call(path);
+      expect([path, response.status]).toEqual([path, status]);
+      expect((await body(response)).message).toMatch(message);
+    }
+    const badBody = await call('/api/groups/billing/dead-letters/replay', json({ ids: 'all' }));
+    expect(badBody.status).toBe(400);
+    expect((await body(badBody)).message).toMatch(/body/);
+    const notJson = await call('/api/groups/billing/dead-letters/replay', {
+      method: 'POST',
+      body: 'all=true',
+      headers: { 'content-type': 'text/plain' },
+    });
+    expect(notJson.status).toBe(415);
+    expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(3);
+  });
+
+  it('replays one dead letter, then all, and purges', async () => {
+    failing = false;
+    const [first] = (await body(await call('/api/groups/billing/dead-letters'))).items;
+    const replayed = await call('/api/groups/billing/dead-letters/replay', json({ ids: [first.id] }));
+    expect(replayed.status).toBe(200);
+    expect(await body(replayed)).toEqual({ replayed: 1 });
+    await waitFor(() => handled.includes(first.data.n), 'the replayed event handled');
+    expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(2);
+
+    failing = true; // they fail again and come back as dead letters
+    expect(await body(await call('/api/groups/billing/dead-letters/replay', json({ all: true })))).toEqual({ replayed: 2 });
+    await waitFor(async () => (await app.get(EventrailAdmin).deadLetterCount('billing')) === 2, 'dead-lettered again');
+    const purged = await call('/api/groups/billing/dead-letters', { method: 'DELETE' });
+    expect(await body(purged)).toEqual({ purged: 2 });
+    expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(0);
+  });
+
+  it('allows CORS for listed origins only', async () => {
+    const preflight = (origin: string): Promise<Response> =>
+      call('/api/groups/billing/dead-letters/replay', {
+        method: 'OPTIONS',
+        token: null,
+        headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' },
+      });
+    const allowed = await preflight(ALLOWED);
+    expect(allowed.status).toBe(204);
+    expect(allowed.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+    expect(allowed.headers.get('access-control-allow-headers')).toMatch(/Authorization/);
+    expect(allowed.headers.get('access-control-allow-methods')).toMatch(/POST/);
+    const refused = await preflight('https://evil.example.com');
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('access-control-allow-origin')).toBeNull();
+
+    const read = await call('/api/groups', { headers: { origin: ALLOWED } });
+    expect(read.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+    expect(read.headers.get('vary')).toMatch(/Origin/);
+    const unauthorized = await call('/api/groups', { token: null, headers: { origin: ALLOWED } });
+    expect([unauthorized.status, unauthorized.headers.get('access-control-allow-origin')]).toEqual([401, ALLOWED]);
+    const other = await call('/api/groups', { headers: { origin: 'https://evil.example.com' } });
+    expect(other.headers.get('access-control-allow-origin')).toBeNull();
+    // A write from an unlisted site is refused even when it carries the token (a form needs no preflight).
+    failing = false;
+    const crossSite = await call('/api/groups/billing/dead-letters/replay', {
+      ...json({ all: true }),
+      headers: { 'content-type': 'application/json', origin: 'https://evil.example.com' },
+    });
+    expect(crossSite.status).toBe(403);
+    expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(3);
+  });
+
+  it('serves the UI page with its base path and a strict CSP, and its assets, without the token', async () => {
+    const page = await call('', { token: null });
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/text\/html/);
+    expect(page.headers.get('content-security-policy')).toMatch(/default-src 'self'/);
+    const html = await page.text();
+    expect(html).toContain('<base href="/eventrail/"');
+    const script = await call('/assets/app.js', { token: null });
+    expect([script.status, script.headers.get('content-type')]).toEqual([200, 'text/javascript; charset=utf-8']);
+    expect((await call('/assets/..%2Fdashboard.options.ts', { token: null })).status).toBe(404);
+    expect((await call('/assets/nope.js', { token: null })).status).toBe(404);
+  });
+});
+
+describe('Dashboard options', () => {
+  let redis: Redis;
+  let prefix: string;
+  beforeAll(() => {
+    redis = new Redis(testRedisUrl());
+  });
+  beforeEach(() => {
+    prefix = uniquePrefix('dash');
+  });
+  afterEach(() => deletePrefix(redis, prefix));
+  afterAll(() => redis.disconnect());
+
+  it('read-only: every write refused with 403 and nothing changes', async () => {
+    failing = true;
+    const { app, url } = await startApp('express', prefix, { readOnly: true });
+    try {
+      await app.get(EventrailPublisher).publish('order.placed', { n: 7 });
+      await waitFor(async () => (await app.get(EventrailAdmin).deadLetterCount('billing')) === 1, 'one dead letter');
+      expect(await body(await fetch(`${url}/eventrail/api/config`))).toEqual({ authRequired: false, readOnly: true, refreshMs: 2000 });
+      const headers = { 'content-type': 'application/json' };
+      const replay = await fetch(`${url}/eventrail/api/groups/billing/dead-letters/replay`, {
+        method: 'POST',
+        headers,
+        body: '{"all":true}',
+      });
+      expect(replay.status).toBe(403);
+      expect((await body(replay)).message).toBe('The eventrail dashboard is read-only');
+      expect((await fetch(`${url}/eventrail/api/groups/billing/dead-letters`, { method: 'DELETE' })).status).toBe(403);
+      expect((await fetch(`${url}/eventrail/api/groups/billing/dead-letters`)).status).toBe(200);
+      expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('fails at startup without a token when NODE_ENV=production, and on invalid options', async () => {
+    const env = process.env.NODE_ENV;
+    process.env.NODE_ENV = 'production';
+    try {
+      expect(() => EventrailDashboardModule.register({})).toThrow(DashboardAuthRequiredError);
+      expect(() => EventrailDashboardModule.register({ auth: { token: TOKEN } })).not.toThrow();
+      @Module({
+        imports: [
+          EventrailModule.forRoot({ redis: testRedisUrl(), prefix }),
+          EventrailDashboardModule.registerAsync({ useFactory: () => ({}) }),
+        ],
+      })
+      class AsyncModule {}
+      await expect(NestFactory.create(AsyncModule, { logger: false, abortOnError: false })).rejects.toThrow(DashboardAuthRequiredError);
+    } finally {
+      process.env.NODE_ENV = env;
+    }
+    expect(() => EventrailDashboardModule.register({ path: 'eventrail' })).toThrow(InvalidOptionError);
+    expect(() => EventrailDashboardModule.register({ path: '/a/' })).toThrow(/dashboard.path/);
+    expect(() => EventrailDashboardModule.register({ auth: { token: ' ' } })).toThrow(/dashboard.auth/);
+    expect(() => EventrailDashboardModule.register({ cors: { origins: ['*'] } })).toThrow(/dashboard.cors.origins/);
+    expect(() => EventrailDashboardModule.register({ refreshMs: 10 })).toThrow(/dashboard.refreshMs/);
+  });
+});
