@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { TerminusModule } from '@nestjs/terminus';
 import { LoggerModule } from 'nestjs-pino';
 import { Registry } from 'prom-client';
-import { EventrailModule } from '../lib';
+import { EventrailDashboardModule, EventrailModule } from '../lib';
 import { EventrailHealthModule } from '../lib/health';
 import { createPrometheusMetrics } from '../lib/prometheus';
 import { GroupGauges } from './group-gauges';
@@ -17,8 +17,12 @@ import { PaymentsController } from './payments.controller';
 @Module({
   imports: [
     // JSON lines on stdout, eventrail's logs included (it logs through Nest's Logger).
-    // Probes of /health and /metrics would drown the rest: no request line for them.
-    LoggerModule.forRoot({ pinoHttp: { autoLogging: { ignore: (req) => req.url === '/health' || req.url === '/metrics' } } }),
+    // Probes of /health and /metrics and the dashboard's refreshes would drown the rest: no request line for them.
+    LoggerModule.forRoot({
+      pinoHttp: {
+        autoLogging: { ignore: (req) => req.url === '/health' || req.url === '/metrics' || req.url?.startsWith('/eventrail') === true },
+      },
+    }),
     MetricsModule,
     // Redis comes from EVENTRAIL_REDIS_URL (`npm run sample` sets it). A prefix of
     // its own keeps the sample's keys apart from anything else in that Redis.
@@ -32,6 +36,11 @@ import { PaymentsController } from './payments.controller';
     }),
     TerminusModule,
     EventrailHealthModule,
+    // The dashboard at /eventrail. A token is optional here; with NODE_ENV=production it is required.
+    EventrailDashboardModule.register({
+      path: '/eventrail',
+      auth: process.env.EVENTRAIL_DASHBOARD_TOKEN ? { token: process.env.EVENTRAIL_DASHBOARD_TOKEN } : undefined,
+    }),
   ],
   controllers: [PaymentsController, LedgerController, HealthController, MetricsController],
   providers: [MailerService, LedgerService, GroupGauges],

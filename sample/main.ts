@@ -25,7 +25,9 @@ async function bootstrap(): Promise<void> {
   const baseUrl = `http://127.0.0.1:${port}`;
 
   if (!smoke) {
-    new NestLogger('Sample').log(`Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger, GET /health, GET /metrics`);
+    new NestLogger('Sample').log(
+      `Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger, GET /health, GET /metrics, dashboard at ${baseUrl}/eventrail`,
+    );
     return;
   }
   const ok = await runSmoke(app, baseUrl).catch((error: unknown) => {

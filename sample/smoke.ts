@@ -41,10 +41,11 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const totals = await (await fetch(`${baseUrl}/ledger`)).json();
-  if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl))) return false;
+  if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl)) || !(await dashboardAnswers(baseUrl))) return false;
   console.log(
     `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger in ${Date.now() - started} ms; ` +
-      `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present`,
+      `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present; ` +
+      `GET /eventrail: the dashboard, its API listing both groups`,
   );
   return true;
 }
@@ -75,5 +76,21 @@ async function metricsAreExposed(baseUrl: string): Promise<boolean> {
   const missing = expected.filter((pattern) => !new RegExp(pattern, 'm').test(text));
   if (response.status === 200 && missing.length === 0) return true;
   console.error(`SAMPLE SMOKE FAILED: GET /metrics (${response.status}) lacks ${missing.join(', ')}:\n${text.slice(0, 2000)}`);
+  return false;
+}
+
+/** GET /eventrail serves the dashboard page and GET /eventrail/api/overview lists both groups. */
+async function dashboardAnswers(baseUrl: string): Promise<boolean> {
+  const headers: Record<string, string> = process.env.EVENTRAIL_DASHBOARD_TOKEN
+    ? { authorization: `Bearer ${process.env.EVENTRAIL_DASHBOARD_TOKEN}` }
+    : {};
+  const page = await fetch(`${baseUrl}/eventrail`);
+  const overview = await fetch(`${baseUrl}/eventrail/api/overview`, { headers });
+  const body = await overview.text();
+  const groups = overview.status === 200 ? (JSON.parse(body) as { groups: Array<{ name: string }> }).groups.map((g) => g.name) : [];
+  if (page.status === 200 && groups.includes('mailer') && groups.includes('ledger')) return true;
+  console.error(
+    `SAMPLE SMOKE FAILED: GET /eventrail answered ${page.status}; GET /eventrail/api/overview ${overview.status} ${body.slice(0, 500)}`,
+  );
   return false;
 }
