@@ -39,6 +39,14 @@ function append(parent, children) {
   return parent;
 }
 
+/**
+ * `#/...` links made absolute to this document. `<base href>` ends with a slash, so a bare `#/x`
+ * would resolve to `<path>/#/x`: another URL than `<path>#/x`, and a full reload that loses the charts' history.
+ */
+function inPage(href) {
+  return href.startsWith('#') ? `${location.pathname}${location.search}${href}` : href;
+}
+
 /** `h('a', { href, class, testid, onclick }, ...children)`: strings become text nodes. */
 function h(tag, props = {}, ...children) {
   const el = document.createElement(tag);
@@ -48,6 +56,7 @@ function h(tag, props = {}, ...children) {
     else if (name === 'testid') el.dataset.testid = value;
     else if (name === 'dataset') Object.assign(el.dataset, value);
     else if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
+    else if (name === 'href') el.setAttribute('href', inPage(String(value)));
     else if (typeof value === 'boolean') el[name] = value;
     else el.setAttribute(name, String(value));
   }
@@ -183,7 +192,8 @@ function updateHeader() {
     return;
   }
   const up = overview.redis.status === 'ready';
-  fill(connection, 
+  fill(
+    connection,
     h('span', { class: `dot ${up ? 'dot-ok' : 'dot-bad'}` }),
     `Redis ${overview.redis.status}${overview.redis.pingMs == null ? '' : ` · ${millis(overview.redis.pingMs)}`}`,
   );
@@ -242,9 +252,7 @@ function niceCeil(value) {
  * A line chart of `series` ([{ label, points: [{ t, v }] }]) over time, one
  * polyline each; colors come from the `s0`..`s7` classes in style.css.
  */
-function lineChart({ series, testid, label, format = num, legend = true }) {
-  const width = 480;
-  const height = 150;
+function lineChart({ series, testid, label, format = num, legend = true, width = 480, height = 150 }) {
   const pad = { left: 44, right: 10, top: 10, bottom: 22 };
   const points = series.flatMap((s) => s.points);
   const wrap = h('figure', { class: 'chart', testid });
@@ -292,14 +300,14 @@ function lineChart({ series, testid, label, format = num, legend = true }) {
   return wrap;
 }
 
-function lagChart(groupName) {
+function lagChart(groupName, size = { width: 480, height: 120 }) {
   const samples = state.lagHistory.get(groupName) ?? [];
   const partitions = Math.max(0, ...samples.map((s) => s.lags.length));
   const series = Array.from({ length: partitions }, (_, p) => ({
     label: `P${p}`,
     points: samples.filter((s) => p < s.lags.length).map((s) => ({ t: s.t, v: s.lags[p] })),
   }));
-  return lineChart({ series, testid: 'lag-chart', label: `Lag per partition of ${groupName}` });
+  return lineChart({ series, testid: 'lag-chart', label: `Lag per partition of ${groupName}`, ...size });
 }
 
 /** Keeps the last few minutes of lag per group and log throughput, from each overview. */
@@ -376,7 +384,9 @@ function metric(label, value, { testid, className, hint } = {}) {
 
 /** The event types a group handles; a group whose workers are all gone lists none. */
 function eventChips(group) {
-  return group.events.length ? chips(group.events) : h('div', { class: 'chips' }, h('span', { class: 'chip chip-muted' }, 'no live handlers'));
+  return group.events.length
+    ? chips(group.events)
+    : h('div', { class: 'chips' }, h('span', { class: 'chip chip-muted' }, 'no live handlers'));
 }
 
 function chips(items) {
@@ -421,7 +431,8 @@ function overviewPage() {
     el,
     refresh(overview) {
       fill(stats, ...statCards(overview));
-      fill(groups, 
+      fill(
+        groups,
         ...(overview.groups.length
           ? overview.groups.map(groupCard)
           : [h('p', { class: 'muted' }, 'No consumer groups yet: they appear once a worker with @OnEvent handlers starts.')]),
@@ -583,7 +594,7 @@ function groupSections(group) {
         metric('Members', num(group.members.length)),
         metric('Last seen', when(group.lastSeen)),
       ),
-      lagChart(group.name),
+      lagChart(group.name, { width: 1000, height: 180 }),
     ),
     h('h2', {}, 'Partitions'),
     table({
@@ -721,7 +732,8 @@ function deadLettersPage(group) {
         ? null
         : { label: '', cell: (d) => button('Replay', () => replay([d.id]), { testid: 'replay-one', kind: 'small' }), class: 'actions' },
     ].filter(Boolean);
-    fill(list, 
+    fill(
+      list,
       table({
         columns,
         rows: items,
@@ -765,8 +777,7 @@ function deadLettersPage(group) {
       const letter = await api(`groups/${enc(group)}/dead-letters/${enc(id)}`);
       if (openId === id) fill(panel, ...letterDetails(letter));
     } catch (error) {
-      if (openId === id)
-        fill(panel, notice(error.status === 404 ? 'This dead letter is gone (replayed or purged).' : error.message));
+      if (openId === id) fill(panel, notice(error.status === 404 ? 'This dead letter is gone (replayed or purged).' : error.message));
     }
   }
 
@@ -950,14 +961,16 @@ function logPage(params) {
 
   function render() {
     more.hidden = !next;
-    fill(list, 
+    fill(
+      list,
       table({
         columns: [
           { label: 'Offset', cell: (e) => h('a', { href: eventHref(e.partition, e.offset), class: 'mono' }, e.offset) },
           { label: 'Published', cell: (e) => h('time', { title: e.publishedAt ?? undefined }, dateTime(e.publishedAt)) },
           {
             label: 'Event',
-            cell: (e) => e.malformed
+            cell: (e) =>
+              e.malformed
                 ? h('span', { class: 'badge badge-bad', title: e.malformed }, 'malformed')
                 : [e.event, e.to ? h('span', { class: 'muted small', title: `Replayed for group ${e.to} only` }, ` → ${e.to}`) : null],
           },
@@ -1028,14 +1041,16 @@ function eventPage(partition, offset) {
         entry = await api(`log/${enc(partition)}/${enc(offset)}`);
       } catch (error) {
         if (error.status === 404 || error.status === 400)
-          return fill(body, 
+          return fill(
+            body,
             notice(error.status === 404 ? `No entry ${offset} in partition ${partition} (trimmed, or never there).` : error.message),
           );
         throw error;
       }
       if (state.page?.el !== el) return;
       loaded = true;
-      fill(body, 
+      fill(
+        body,
         h('h1', { testid: 'event-title' }, entry.event ?? 'Malformed entry'),
         entry.malformed ? notice(`Malformed: ${entry.malformed}. Consumers dead-letter it without handling it.`, 'warn') : null,
         h(
@@ -1207,6 +1222,7 @@ function showLogin(error) {
 }
 
 async function boot() {
+  for (const link of document.querySelectorAll('a[href^="#"]')) link.setAttribute('href', inPage(link.getAttribute('href')));
   document.getElementById('sign-out').addEventListener('click', () => signOut());
   document.addEventListener('visibilitychange', () => {
     if (!document.hidden) void refresh();
