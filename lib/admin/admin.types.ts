@@ -124,6 +124,8 @@ export interface FollowOptions {
   events?: readonly string[];
   /** Ends the iteration. */
   signal?: AbortSignal;
+  /** Called once where each partition ends has been read: every entry appended after this is delivered. */
+  onListening?: () => void;
 }
 
 /** Reports progress of long operations: `done` of `total` units (total is null when unknown). */

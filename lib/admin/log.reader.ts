@@ -57,13 +57,14 @@ export class LogReader {
    * single Redis, one per partition on a cluster, where a read spans one slot),
    * so an idle tail sends nothing.
    */
-  async *follow({ events, signal }: FollowOptions = {}): AsyncGenerator<LogEntry> {
+  async *follow({ events, signal, onListening }: FollowOptions = {}): AsyncGenerator<LogEntry> {
     const wanted = events && events.length > 0 ? new Set(events) : null;
     const { keys, client } = this.redis;
     const all = keys.streams.map((_, p) => p);
     const lastIds = await Promise.all(
       keys.streams.map(async (stream) => (await client.xrevrange(stream, '+', '-', 'COUNT', 1))[0]?.[0] ?? '0-0'),
     );
+    onListening?.();
     const readers = this.redis.isCluster ? all.map((p) => [p]) : [all];
     const connections = readers.map(() => this.redis.duplicate());
     const queue: LogEntry[] = [];

@@ -1,0 +1,47 @@
+import { CliOutput } from './cli.output';
+import { CliSession, type SessionOptions } from './cli.session';
+import { ProgressReporter } from './progress.reporter';
+
+/** The global flags, as commander parses them. */
+export interface GlobalOptions {
+  redisUrl?: string;
+  prefix?: string;
+  json?: boolean;
+  verbose?: boolean;
+  connectTimeout: number;
+}
+
+/**
+ * What one command run works with: its output, the connection to the log
+ * (opened on demand, so usage errors never wait for Redis) and progress bars.
+ */
+export class CliContext {
+  readonly output: CliOutput;
+  private session?: CliSession;
+
+  constructor(readonly globals: GlobalOptions) {
+    this.output = new CliOutput(globals.json === true);
+  }
+
+  /** Connects to the log; fails when none exists at the prefix unless `createLog`. */
+  async open(options: Pick<SessionOptions, 'createLog' | 'retention'> = {}): Promise<CliSession> {
+    this.session ??= await CliSession.open({
+      redisUrl: this.globals.redisUrl,
+      prefix: this.globals.prefix,
+      connectTimeoutMs: this.globals.connectTimeout,
+      verbose: this.globals.verbose === true,
+      ...options,
+    });
+    return this.session;
+  }
+
+  progress(label: string, unit: string): ProgressReporter {
+    return new ProgressReporter(label, process.stderr.isTTY === true && !this.output.json, unit);
+  }
+
+  async close(): Promise<void> {
+    const session = this.session;
+    this.session = undefined;
+    await session?.close();
+  }
+}

@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Command } from 'commander';
+import { parseCount } from './argument.parser';
+import type { CliRunner } from './cli.runner';
+import { registerDlqCommands } from './commands/dlq.command';
+import { registerGroupCommands } from './commands/groups.command';
+import { registerOffsetsCommands } from './commands/offsets.command';
+import { registerPruneStaleCommand } from './commands/prune-stale.command';
+import { registerPublishCommand } from './commands/publish.command';
+import { registerRetentionCommands } from './commands/retention.command';
+import { registerStatusCommand } from './commands/status.command';
+import { registerTailCommand } from './commands/tail.command';
+import { examples } from './help.text';
+
+const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
+const ABOUT = `
+Connection: --redis-url, else EVENTRAIL_REDIS_URL, else redis://localhost:6379.
+Log:        --prefix, else EVENTRAIL_PREFIX, else "eventrail". The partition count is read from the log.
+
+Every read command takes --json: one JSON document on stdout (tail: one object per line).
+Errors are one line on stderr ("eventrail: <message>"); with --json also { "error": { name, message } } on stdout.
+
+Exit codes:
+  0  done (also when there was nothing to do)
+  1  failed: Redis unreachable, no log at the prefix, unknown group, live members (see --force), ...
+  2  usage: unknown command or option, missing or invalid argument, destructive command without --yes
+`;
+
+/** The `eventrail` command tree. Usage errors surface as `CommanderError`s (exitOverride), which the runner maps to exit code 2. */
+export function createProgram(runner: CliRunner): Command {
+  const program = new Command('eventrail')
+    .description('Operate an eventrail log: groups, offsets, dead letters, retention, and a live tail.')
+    .version(packageVersion(), '-V, --version')
+    .option('--redis-url <url>', 'Redis URL (default: EVENTRAIL_REDIS_URL, else redis://localhost:6379)')
+    .option('--prefix <prefix>', 'key prefix of the log (default: EVENTRAIL_PREFIX, else "eventrail")')
+    .option('--json', 'machine-readable output on stdout')
+    .option('--verbose', 'log connection and library messages on stderr')
+    .option('--connect-timeout <ms>', 'fail when Redis does not answer within this time', parseCount, DEFAULT_CONNECT_TIMEOUT_MS)
+    // Settings are inherited by every command added below.
+    .exitOverride()
+    .configureOutput({ outputError: () => undefined }) // the runner prints every error in one format
+    .showSuggestionAfterError()
+    .addHelpText('after', ABOUT + examples(['eventrail status', 'eventrail --prefix orders groups --json', 'eventrail dlq list billing']));
+
+  registerStatusCommand(program, runner);
+  registerGroupCommands(program, runner);
+  registerDlqCommands(program, runner);
+  registerOffsetsCommands(program, runner);
+  registerTailCommand(program, runner);
+  registerPublishCommand(program, runner);
+  registerPruneStaleCommand(program, runner);
+  registerRetentionCommands(program, runner);
+  return program;
+}
+
+/** From the package's own package.json: two levels up from both lib/cli and dist/cli. */
+function packageVersion(): string {
+  try {
+    return (JSON.parse(readFileSync(join(__dirname, '..', '..', 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}

@@ -1,0 +1,92 @@
+import type { Command } from 'commander';
+import type { RetentionOptions } from '../../retention/retention.options';
+import { retentionOptionsFromEnv } from '../../retention/retention-env';
+import type { RetentionRunResult } from '../../retention/retention.types';
+import { parseNonNegative } from '../argument.parser';
+import type { CliRunner } from '../cli.runner';
+import { ExitCode } from '../exit-code';
+import { examples } from '../help.text';
+import { formatTable } from '../table.formatter';
+import { NONE } from '../value.format';
+
+const ENV_NOTE =
+  '\nRetention options come from the RETENTION_* variables of retentionOptionsFromEnv() (RETENTION_STREAM_MAX_LEN,\n' +
+  'RETENTION_STREAM_KEEP_MS, RETENTION_DLQ_MAX_LEN, RETENTION_ARCHIVE_DRIVER, RETENTION_ARCHIVE_DIR, RETENTION_S3_*, ...).\n' +
+  'RETENTION_ENABLED is ignored: the command runs one cycle now.\n';
+
+export function registerRetentionCommands(program: Command, runner: CliRunner): void {
+  const retention = program
+    .command('retention')
+    .description('trim the log now, and list archived ranges')
+    .addHelpText('after', examples(['eventrail retention run --max-len 100000', 'eventrail retention archives']));
+
+  retention
+    .command('run')
+    .description('run one retention cycle now: archive (when configured), then trim what no live group still needs')
+    .option('--max-len <n>', 'keep at most this many entries per partition (overrides RETENTION_STREAM_MAX_LEN)', parseNonNegative)
+    .option('--max-age-ms <ms>', 'remove entries older than this (overrides RETENTION_STREAM_KEEP_MS)', parseNonNegative)
+    .addHelpText(
+      'after',
+      examples(['RETENTION_STREAM_KEEP_MS=604800000 eventrail retention run', 'eventrail retention run --max-len 100000 --json']) +
+        ENV_NOTE,
+    )
+    .action(
+      runner.action<{ maxLen?: number; maxAgeMs?: number }>(async (ctx, _args, { maxLen, maxAgeMs }) => {
+        const options: RetentionOptions = { ...retentionOptionsFromEnv(), enabled: false };
+        if (maxLen !== undefined) options.maxLen = maxLen;
+        if (maxAgeMs !== undefined) options.maxAgeMs = maxAgeMs;
+        if (options.maxLen === undefined && options.maxAgeMs === undefined && options.deadLetterMaxLen === undefined)
+          ctx.output.notice('No retention limit is set (--max-len, --max-age-ms or RETENTION_*): nothing will be trimmed.');
+        const { admin } = await ctx.open({ retention: options });
+        const progress = ctx.progress('Retention', 'partitions');
+        let result: RetentionRunResult;
+        try {
+          result = await admin.runRetention({ onProgress: progress.listener });
+        } finally {
+          progress.stop();
+        }
+        ctx.output.result(result, () => renderRun(result));
+        return result.partitions.some((p) => p.error !== undefined) ? ExitCode.Failed : ExitCode.Ok;
+      }),
+    );
+
+  retention
+    .command('archives')
+    .description('archive objects written by retention (needs RETENTION_ARCHIVE_* settings)')
+    .option('--partition <n>', 'only this partition', parseNonNegative)
+    .addHelpText('after', examples(['RETENTION_ARCHIVE_DIR=/var/lib/eventrail eventrail retention archives --partition 0']) + ENV_NOTE)
+    .action(
+      runner.action<{ partition?: number }>(async (ctx, _args, { partition }) => {
+        const { admin } = await ctx.open({ retention: { ...retentionOptionsFromEnv(), enabled: false } });
+        const archives = await admin.listArchives(partition === undefined ? {} : { partition });
+        ctx.output.result(archives, () =>
+          archives.length === 0
+            ? 'No archives.'
+            : formatTable(archives, [
+                { header: 'partition', value: (a) => a.partition, align: 'right' },
+                { header: 'first id', value: (a) => a.firstId },
+                { header: 'last id', value: (a) => a.lastId },
+                { header: 'name', value: (a) => a.name },
+              ]),
+        );
+      }),
+    );
+}
+
+function renderRun(result: RetentionRunResult): string {
+  if (!result.ran) return 'Another instance is running a retention cycle: nothing done.';
+  const sections = [
+    formatTable(result.partitions, [
+      { header: 'partition', value: (p) => p.partition, align: 'right' },
+      { header: 'trimmed', value: (p) => p.trimmed, align: 'right' },
+      { header: 'archived', value: (p) => p.archived.reduce((sum, a) => sum + a.count, 0), align: 'right' },
+      { header: 'min id', value: (p) => p.minId ?? NONE },
+      { header: 'held back by', value: (p) => p.heldBackBy.join(',') || NONE },
+      { header: 'error', value: (p) => p.error ?? NONE },
+    ]),
+  ];
+  if (result.staleGroups.length > 0) sections.push(`Stale groups (no longer holding the log back): ${result.staleGroups.join(', ')}`);
+  if (result.deadLetters.length > 0)
+    sections.push(`Dead letters trimmed: ${result.deadLetters.map((d) => `${d.group} ${d.trimmed}`).join(', ')}`);
+  return sections.join('\n\n');
+}

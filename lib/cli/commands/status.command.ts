@@ -1,0 +1,96 @@
+import type { Command } from 'commander';
+import type { NodeStatus, PartitionLogStats } from '../../admin/admin.types';
+import type { CliRunner } from '../cli.runner';
+import { examples } from '../help.text';
+import { formatFields, formatTable } from '../table.formatter';
+import { formatBytes, formatDate, formatPartitions, NONE, redactUrl } from '../value.format';
+import { isLagCapped } from './group.view';
+
+interface GroupSummary {
+  name: string;
+  members: number;
+  lag: number;
+  lagCapped: boolean;
+  deadLetters: number;
+  lastSeen: Date | null;
+}
+
+/** What `status --json` prints. */
+interface StatusReport {
+  redis: string;
+  prefix: string;
+  connection: string;
+  pingMs: number;
+  usedMemoryBytes: number | null;
+  nodes: NodeStatus[];
+  partitions: PartitionLogStats[];
+  groups: GroupSummary[];
+}
+
+export function registerStatusCommand(program: Command, runner: CliRunner): void {
+  program
+    .command('status')
+    .description('connection, ping, nodes, partition lengths, memory, and a summary of every consumer group')
+    .addHelpText(
+      'after',
+      examples(['eventrail status', 'eventrail status --json', 'eventrail --prefix orders --redis-url redis://redis:6379 status']),
+    )
+    .action(
+      runner.action(async (ctx) => {
+        const session = await ctx.open();
+        const { admin } = session;
+        const [pingMs, nodes, stats, groups] = await Promise.all([admin.ping(), admin.nodes(), admin.stats(), admin.groups()]);
+        const report: StatusReport = {
+          redis: redactUrl(session.redisUrl),
+          prefix: stats.prefix,
+          connection: admin.connectionStatus(),
+          pingMs: Math.round(pingMs * 100) / 100,
+          usedMemoryBytes: stats.usedMemoryBytes,
+          nodes,
+          partitions: stats.partitions,
+          groups: groups.map((g) => ({
+            name: g.name,
+            members: g.members.length,
+            lag: g.lag,
+            lagCapped: isLagCapped(g),
+            deadLetters: g.deadLetters,
+            lastSeen: g.lastSeen,
+          })),
+        };
+        ctx.output.result(report, () => renderStatus(report));
+      }),
+    );
+}
+
+function renderStatus(report: StatusReport): string {
+  const sections = [
+    formatFields([
+      ['Redis', `${report.redis} (${report.connection}, ping ${report.pingMs} ms)`],
+      ['Prefix', report.prefix],
+      ['Partitions', report.partitions.length],
+      ['Entries', report.partitions.reduce((sum, p) => sum + p.length, 0)],
+      ['Memory', formatBytes(report.usedMemoryBytes)],
+    ]),
+    formatTable(report.nodes, [
+      { header: 'node', value: (n) => n.node },
+      { header: 'replicas', value: (n) => n.replicas.join(',') || NONE },
+      { header: 'partitions', value: (n) => formatPartitions(n.partitions) },
+    ]),
+    formatTable(report.partitions, [
+      { header: 'partition', value: (p) => p.partition, align: 'right' },
+      { header: 'length', value: (p) => p.length, align: 'right' },
+      { header: 'first id', value: (p) => p.firstId ?? NONE },
+      { header: 'last id', value: (p) => p.lastId ?? NONE },
+    ]),
+    report.groups.length === 0
+      ? 'No consumer groups.'
+      : formatTable(report.groups, [
+          { header: 'group', value: (g) => g.name },
+          { header: 'members', value: (g) => g.members, align: 'right' },
+          { header: 'lag', value: (g) => (g.lagCapped ? `${g.lag}+` : g.lag), align: 'right' },
+          { header: 'dead letters', value: (g) => g.deadLetters, align: 'right' },
+          { header: 'last seen', value: (g) => formatDate(g.lastSeen) },
+        ]),
+  ];
+  return sections.join('\n\n');
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+import { createProgram } from './cli.program';
+import { CliRunner } from './cli.runner';
+import { ExitCode } from './exit-code';
+
+// `eventrail tail | head`: once the reader is gone there is nobody left to print for; end quietly, not with an EPIPE stack.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(ExitCode.Ok);
+  throw error;
+});
+
+/** Entry point of the `eventrail` bin. */
+async function main(): Promise<void> {
+  let code: number;
+  try {
+    const runner = new CliRunner();
+    code = await runner.run(createProgram(runner), process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`eventrail: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    code = ExitCode.Failed;
+  }
+  // Exit explicitly once the output is flushed: a reconnecting socket or a library timer must not keep a finished command alive.
+  process.stdout.write('', () => process.stderr.write('', () => process.exit(code)));
+}
+
+void main();

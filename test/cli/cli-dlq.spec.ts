@@ -1,0 +1,144 @@
+import { Injectable, INestApplicationContext } from '@nestjs/common';
+import Redis from 'ioredis';
+import { DeadLetter, EventrailAdmin, EventrailMessage, EventrailPublisher, NonRetryableError, OnEvent, PublishResult } from '../../lib';
+import { createApp } from '../support/app';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { assertBuilt, cliEnv, killAll, outcome, parseJson, runCli } from './cli.harness';
+
+/** Invoices whose number is in `failing` are dead-lettered at once; the others are recorded as handled. */
+const failing = new Set<number>();
+const handled: Array<{ n: number; offset: string }> = [];
+
+@Injectable()
+class Billing {
+  @OnEvent('invoice.created', 'billing')
+  handle(message: EventrailMessage<{ n: number }>): void {
+    if (failing.has(message.data.n)) throw new NonRetryableError(`invoice ${message.data.n} is invalid`);
+    handled.push({ n: message.data.n, offset: message.offset });
+  }
+}
+
+describe('eventrail CLI: dead letters', () => {
+  let redis: Redis;
+  let prefix: string;
+  let app: INestApplicationContext;
+  let admin: EventrailAdmin;
+  let published: PublishResult[];
+
+  beforeAll(() => {
+    assertBuilt();
+    redis = new Redis(testRedisUrl());
+  });
+  beforeEach(async () => {
+    prefix = uniquePrefix('cli-dlq');
+    handled.length = 0;
+    [1, 2, 3].forEach((n) => failing.add(n));
+    app = await createApp({ prefix, partitions: 2 }, [Billing]);
+    admin = app.get(EventrailAdmin);
+    published = await app
+      .get(EventrailPublisher)
+      .publishMany([1, 2, 3].map((n) => ({ event: 'invoice.created', data: { n }, key: `customer-${n}` })));
+    await waitFor(async () => (await admin.deadLetterCount('billing')) === 3, 'three dead letters');
+  });
+  afterEach(async () => {
+    killAll();
+    failing.clear();
+    await app.close();
+    await deletePrefix(redis, prefix);
+  });
+  afterAll(() => redis.disconnect());
+
+  it('lists and shows dead letters as the admin service reads them', async () => {
+    const env = cliEnv(prefix);
+    const letters = await admin.deadLetters('billing');
+    const [list, newest, table, show, showTable, missing] = await Promise.all([
+      runCli(['dlq', 'list', 'billing', '--json'], env),
+      runCli(['dlq', 'list', 'billing', '--newest-first', '--count', '2', '--json'], env),
+      runCli(['dlq', 'list', 'billing', '--count', '2'], env),
+      runCli(['dlq', 'show', 'billing', letters[1].id, '--json'], env),
+      runCli(['dlq', 'show', 'billing', letters[1].id], env),
+      runCli(['dlq', 'show', 'billing', '1-0'], env),
+    ]);
+    for (const result of [list, newest, show, showTable]) expect(outcome(result)).toEqual({ code: 0, stderr: '' });
+
+    const listed = parseJson<DeadLetter[]>(list);
+    expect(listed).toEqual(JSON.parse(JSON.stringify(letters)));
+    // Partitions dead-letter in parallel: the order of the three is not the publish order.
+    const byNumber = [...listed].sort((a, b) => (a.data as { n: number }).n - (b.data as { n: number }).n);
+    expect(byNumber.map((d) => [d.event, d.data, d.reason, d.error.message])).toEqual(
+      [1, 2, 3].map((n) => ['invoice.created', { n }, 'non-retryable', `invoice ${n} is invalid`]),
+    );
+    expect(listed.map((d) => d.eventId).sort()).toEqual(published.map((p) => p.id).sort());
+    expect(parseJson<DeadLetter[]>(newest).map((d) => d.id)).toEqual([letters[2].id, letters[1].id]);
+
+    // A full page says how to get the next one (on stderr: stdout stays the table).
+    expect(table.code).toBe(0);
+    const lines = table.stdout.trimEnd().split('\n');
+    expect(lines[0].split(/\s{2,}/)).toEqual(['ID', 'EVENT', 'KEY', 'PARTITION', 'REASON', 'ATTEMPTS', 'FAILED AT', 'ERROR']);
+    expect(lines.slice(1).map((line) => line.split(/\s+/)[0])).toEqual([letters[0].id, letters[1].id]);
+    expect(table.stderr).toContain(`--after ${letters[1].id}`);
+
+    expect(parseJson(show)).toEqual(JSON.parse(JSON.stringify(letters[1])));
+    expect(showTable.stdout).toMatch(new RegExp(`^Dead letter:\\s+${letters[1].id}$`, 'm'));
+    expect(showTable.stdout).toContain(`Data:\n  {\n    "n": ${(letters[1].data as { n: number }).n}\n  }`);
+    expect(outcome(missing)).toEqual({
+      code: 1,
+      stderr: 'eventrail: No dead letter 1-0 in group "billing" (already replayed or purged?)\n',
+    });
+  });
+
+  it('replays chosen dead letters, then all of them, to the group that handles them again', async () => {
+    failing.clear();
+    const env = cliEnv(prefix);
+    const letters = await admin.deadLetters('billing');
+    const target = letters.find((d) => (d.data as { n: number }).n === 2) as DeadLetter;
+
+    // One unknown id among known ones: nothing is replayed.
+    const partly = await runCli(['dlq', 'replay', 'billing', target.id, '1-0'], env);
+    expect(outcome(partly)).toEqual({ code: 1, stderr: expect.stringContaining('No dead letter 1-0') });
+    expect(await admin.deadLetterCount('billing')).toBe(3);
+
+    const one = await runCli(['dlq', 'replay', 'billing', target.id], env);
+    expect(outcome(one)).toEqual({ code: 0, stderr: '' });
+    expect(one.stdout).toBe('Replayed 1 dead letter(s) to group "billing".\n');
+    await waitFor(() => handled.length === 1, 'replayed invoice handled');
+    expect(handled[0].n).toBe(2);
+    expect(await admin.deadLetter('billing', target.id)).toBeNull();
+
+    const all = await runCli(['dlq', 'replay', 'billing', '--all', '--json'], env);
+    expect(outcome(all)).toEqual({ code: 0, stderr: '' });
+    expect(parseJson(all)).toEqual({ group: 'billing', replayed: 2 });
+    await waitFor(
+      () => handled.length === 3,
+      () => `handled ${JSON.stringify(handled)}`,
+    );
+    expect(handled.map((h) => h.n).sort()).toEqual([1, 2, 3]);
+    // Appended anew, after the originals.
+    expect(handled.every((h) => !published.some((p) => p.offset === h.offset))).toBe(true);
+    expect(await admin.deadLetterCount('billing')).toBe(0);
+
+    const nothing = await runCli(['dlq', 'replay', 'billing', '--all'], env);
+    expect(outcome(nothing)).toEqual({ code: 0, stderr: '' });
+    expect(nothing.stdout).toBe('No dead letters to replay in group "billing".\n');
+  });
+
+  it('purges only with --yes, and an empty DLQ is nothing to do', async () => {
+    const env = cliEnv(prefix);
+    const refused = await runCli(['dlq', 'purge', 'billing'], env);
+    expect(outcome(refused)).toEqual({ code: 2, stderr: expect.stringContaining('pass --yes') });
+    expect(await admin.deadLetterCount('billing')).toBe(3);
+
+    const purged = await runCli(['dlq', 'purge', 'billing', '--yes', '--json'], env);
+    expect(outcome(purged)).toEqual({ code: 0, stderr: '' });
+    expect(parseJson(purged)).toEqual({ group: 'billing', purged: 3 });
+    expect(await admin.deadLetterCount('billing')).toBe(0);
+
+    const [again, unknown] = await Promise.all([
+      runCli(['dlq', 'purge', 'billing', '-y'], env),
+      runCli(['dlq', 'purge', 'nope', '--yes'], env),
+    ]);
+    expect(outcome(again)).toEqual({ code: 0, stderr: '' });
+    expect(again.stdout).toBe('No dead letters in group "billing".\n');
+    expect(outcome(unknown)).toEqual({ code: 1, stderr: expect.stringContaining('Unknown consumer group "nope"') });
+  });
+});

@@ -1,0 +1,98 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { testRedisUrl, waitFor } from '../support/helpers';
+
+/** The built bin: the tests run what users run. */
+export const CLI = join(__dirname, '..', '..', 'dist', 'cli', 'main.js');
+
+export function assertBuilt(): void {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build before the CLI tests`);
+}
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  /** Wall time of the run, in ms. */
+  ms: number;
+}
+
+/**
+ * The child's environment: the test Redis and `prefix`, and none of the
+ * caller's EVENTRAIL_* / RETENTION_* variables, so a developer's shell cannot change the outcome.
+ */
+export function cliEnv(prefix: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!/^(EVENTRAIL_|RETENTION_)/.test(name)) env[name] = value;
+  }
+  return { ...env, EVENTRAIL_REDIS_URL: testRedisUrl(), EVENTRAIL_PREFIX: prefix, ...extra };
+}
+
+/** Every child still running, killed by `killAll` (afterEach) and on exit, so a failed test leaves none behind. */
+const alive = new Set<ChildProcess>();
+process.once('exit', () => alive.forEach((child) => child.kill('SIGKILL')));
+
+/** A running `eventrail` process, with its output collected as it comes. */
+export class CliProcess {
+  stdout = '';
+  stderr = '';
+  readonly exited: Promise<CliResult>;
+  private readonly child: ChildProcess;
+
+  constructor(args: readonly string[], env: NodeJS.ProcessEnv, input = '') {
+    const started = Date.now();
+    this.child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    alive.add(this.child);
+    this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (this.stdout += chunk));
+    this.child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
+    // stdin is a pipe, not a terminal: destructive commands must refuse without --yes rather than wait for an answer.
+    this.child.stdin?.end(input);
+    this.exited = new Promise((resolve) =>
+      this.child.once('close', (code, signal) => {
+        alive.delete(this.child);
+        resolve({ code, signal, stdout: this.stdout, stderr: this.stderr, ms: Date.now() - started });
+      }),
+    );
+  }
+
+  /** Polls the collected output until `predicate` holds. */
+  async waitForOutput(predicate: (p: CliProcess) => boolean, what: string, timeoutMs = 15_000): Promise<void> {
+    await waitFor(
+      () => predicate(this) || this.child.exitCode !== null,
+      () => `${what}; stdout: ${this.stdout} stderr: ${this.stderr}`,
+      timeoutMs,
+    );
+    if (!predicate(this)) throw new Error(`eventrail exited (${this.child.exitCode}) before ${what}; stderr: ${this.stderr}`);
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    this.child.kill(signal);
+  }
+}
+
+/** Runs `eventrail <args>` to completion. */
+export function runCli(args: readonly string[], env: NodeJS.ProcessEnv, input = ''): Promise<CliResult> {
+  return new CliProcess(args, env, input).exited;
+}
+
+export function killAll(): void {
+  alive.forEach((child) => child.kill('SIGKILL'));
+  alive.clear();
+}
+
+/** The one JSON document on stdout, with the output in the failure message when it is not one. */
+export function parseJson<T>(result: CliResult): T {
+  try {
+    return JSON.parse(result.stdout) as T;
+  } catch {
+    throw new Error(`stdout is not one JSON document (exit ${result.code}):\n${result.stdout}\nstderr:\n${result.stderr}`);
+  }
+}
+
+/** Exit code with the output attached, so a failed expectation shows why. */
+export function outcome(result: CliResult): { code: number | null; stderr: string } {
+  return { code: result.code, stderr: result.stderr };
+}
