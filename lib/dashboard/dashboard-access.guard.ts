@@ -81,7 +81,7 @@ export class DashboardAccessGuard implements CanActivate {
     if (this.options.readOnly) throw new ForbiddenException('The eventrail dashboard is read-only');
     const origin = request.headers.origin;
     // A write from a page of another, unlisted site (a form post needs no preflight) is refused.
-    if (origin && !this.options.origins.has(origin) && hostOf(origin) !== request.headers.host) {
+    if (origin && !this.options.origins.has(origin) && !servedHosts(request).includes(hostOf(origin))) {
       throw new ForbiddenException(`Origin ${origin} may not change data through the eventrail dashboard`);
     }
     const type = request.headers['content-type'];
@@ -93,6 +93,13 @@ export class DashboardAccessGuard implements CanActivate {
 
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
+}
+
+/** The host the browser asked for: `Host`, or what a reverse proxy says it was (`X-Forwarded-Host`). */
+function servedHosts({ headers }: HttpRequest): Array<string | null> {
+  const forwarded = headers['x-forwarded-host'];
+  const first = (Array.isArray(forwarded) ? forwarded[0] : forwarded)?.split(',')[0].trim();
+  return [headers.host ?? null, first ?? null].filter((host) => host !== null);
 }
 
 function hostOf(origin: string): string | null {

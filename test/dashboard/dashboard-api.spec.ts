@@ -212,6 +212,12 @@ describe.each(['express', 'fastify'] as const)('Dashboard API on %s', (platform)
     });
     expect(crossSite.status).toBe(403);
     expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(3);
+    // The page itself, behind a proxy that forwards the public host: the same site, so allowed.
+    const proxied = await call('/api/groups/billing/dead-letters/replay', {
+      ...json({ all: true }),
+      headers: { 'content-type': 'application/json', origin: 'https://ops.internal.example', 'x-forwarded-host': 'ops.internal.example' },
+    });
+    expect(await body(proxied)).toEqual({ replayed: 3 });
   });
 
   it('serves the UI page with its base path and a strict CSP, and its assets, without the token', async () => {
