@@ -1,6 +1,7 @@
 import type { ModuleMetadata, InjectionToken, OptionalFactoryDependency } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { InvalidOptionError } from './errors/invalid-option.error';
+import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
 
@@ -215,7 +216,6 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
 
 const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 const GROUP_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
-const STREAM_ID_PATTERN = /^\d{1,20}-\d{1,20}$/;
 const MAX_PARTITIONS = 1024;
 
 /** Applies defaults and environment fallbacks once, and validates everything, naming the option that is wrong. */
@@ -340,7 +340,7 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
     case 'fromEnd':
       return;
     case 'fromId':
-      if (typeof offset.id !== 'string' || !STREAM_ID_PATTERN.test(offset.id)) {
+      if (typeof offset.id !== 'string' || !isStreamId(offset.id)) {
         throw new InvalidOptionError(`${path}.id`, offset.id, 'a stream id such as "1700000000000-0"');
       }
       return;

@@ -4,10 +4,10 @@ import { FIELD } from '../log/codec';
 import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { isStreamId } from '../log/stream-id';
 import type { DeadLetterPage, ProgressListener } from './admin.types';
 
 const PAGE = 500;
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 /** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
 const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
@@ -27,7 +27,7 @@ export class DeadLetterAdmin {
    */
   async list(group: string, { count = 100, after, newestFirst = false }: DeadLetterPage = {}): Promise<DeadLetter[]> {
     if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
-    if (after !== undefined && !STREAM_ID.test(after))
+    if (after !== undefined && !isStreamId(after))
       throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
     const key = this.redis.keys.deadLetters(group);
     const entries = newestFirst
@@ -38,7 +38,7 @@ export class DeadLetterAdmin {
 
   /** One dead letter by id, or null when there is none (replayed, purged or never existed). */
   async get(group: string, id: string): Promise<DeadLetter | null> {
-    if (typeof id !== 'string' || !STREAM_ID.test(id)) throw new InvalidOptionError('id', id, 'a dead-letter id such as "1700000000000-0"');
+    if (typeof id !== 'string' || !isStreamId(id)) throw new InvalidOptionError('id', id, 'a dead-letter id such as "1700000000000-0"');
     const [found] = await this.redis.client.xrange(this.redis.keys.deadLetters(group), id, id);
     return found ? decodeDeadLetter(found[0], found[1]) : null;
   }
@@ -57,8 +57,7 @@ export class DeadLetterAdmin {
     if (ids !== 'all') {
       if (!Array.isArray(ids)) throw new InvalidOptionError('ids', ids, "an array of dead-letter ids or 'all'");
       for (const id of ids)
-        if (typeof id !== 'string' || !STREAM_ID.test(id))
-          throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
+        if (typeof id !== 'string' || !isStreamId(id)) throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
       let replayed = 0;
       for (let i = 0; i < ids.length; i += PAGE) {
         replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));

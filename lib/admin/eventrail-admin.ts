@@ -4,7 +4,7 @@ import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import type { DeadLetter } from '../log/dead-letter.codec';
-import { offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
+import { isStreamId, offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { EventrailRetention } from '../retention/eventrail-retention';
 import type { ArchiveObject, ArchiveSource, RetentionRunResult } from '../retention/retention.types';
@@ -27,8 +27,6 @@ import type {
 import { DeadLetterAdmin } from './dead-letters.admin';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
-
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -306,7 +304,7 @@ export class EventrailAdmin {
       const last = await this.redis.client.xrevrange(this.redis.keys.stream(partition), '+', '-', 'COUNT', 1);
       return last[0]?.[0] ?? STREAM_START;
     }
-    if (typeof to === 'object' && to !== null && 'id' in to && typeof to.id === 'string' && STREAM_ID.test(to.id))
+    if (typeof to === 'object' && to !== null && 'id' in to && typeof to.id === 'string' && isStreamId(to.id))
       return previousStreamId(to.id);
     if (typeof to === 'object' && to !== null && 'time' in to && to.time instanceof Date && !Number.isNaN(to.time.getTime()))
       return offsetBeforeTime(to.time);

@@ -2,9 +2,9 @@ import type { Cluster, Redis } from 'ioredis';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { decodePayload, DecodeError, isMalformed, readEntry } from '../log/codec';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { isStreamId } from '../log/stream-id';
 import type { FollowOptions, LogEntry, LogPage, ReadLogOptions } from './admin.types';
 
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 /** Entries read per round trip while filtering by event type. */
 const SCAN_PAGE = 500;
 /** Most entries one filtered `read` looks at; `next` lets the caller go on. */
@@ -45,7 +45,7 @@ export class LogReader {
 
   async entry(partition: number, offset: string): Promise<LogEntry | null> {
     this.checkPartition(partition);
-    if (typeof offset !== 'string' || !STREAM_ID.test(offset))
+    if (typeof offset !== 'string' || !isStreamId(offset))
       throw new InvalidOptionError('offset', offset, 'a stream id such as "1700000000000-0"');
     const [found] = await this.redis.client.xrange(this.redis.keys.stream(partition), offset, offset);
     return found ? toLogEntry(partition, found[0], found[1]) : null;
@@ -140,13 +140,13 @@ async function readLoop(
 
 function startOf(from: string | Date | undefined, after: string | undefined): string {
   if (after !== undefined) {
-    if (typeof after !== 'string' || !STREAM_ID.test(after))
+    if (typeof after !== 'string' || !isStreamId(after))
       throw new InvalidOptionError('after', after, 'a stream id such as "1700000000000-0"');
     return `(${after}`;
   }
   if (from === undefined) return '-';
   if (from instanceof Date && !Number.isNaN(from.getTime())) return `${Math.max(0, from.getTime())}-0`;
-  if (typeof from === 'string' && STREAM_ID.test(from)) return from;
+  if (typeof from === 'string' && isStreamId(from)) return from;
   throw new InvalidOptionError('from', from, 'a stream id such as "1700000000000-0" or a Date');
 }
 

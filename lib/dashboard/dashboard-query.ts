@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { isStreamId } from '../log/stream-id';
 
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 const INTEGER = /^\d{1,9}$/;
 
 /** Query string values arrive as strings (or arrays when repeated); these read them into admin-service options. */
@@ -22,7 +22,7 @@ export function optionalString(name: string, value: unknown): string | undefined
 /** A stream id stays a string; anything else must be a date-time (ISO 8601, or Unix ms). */
 export function fromParam(value: unknown): string | Date | undefined {
   const text = optionalString('from', value);
-  if (text === undefined || STREAM_ID.test(text)) return text;
+  if (text === undefined || isStreamId(text)) return text;
   const time = /^\d+$/.test(text) ? new Date(Number(text)) : new Date(text);
   if (Number.isNaN(time.getTime())) throw new InvalidOptionError('from', text, 'a stream id such as "1700000000000-0" or a date-time');
   return time;

@@ -2,6 +2,15 @@
 
 export const STREAM_START = '0-0';
 const MAX_SEQ = '18446744073709551615';
+const MAX_PART = BigInt(MAX_SEQ);
+const SHAPE = /^\d{1,20}-\d{1,20}$/;
+
+/** True for a complete stream id `<ms>-<seq>` that Redis accepts: both parts fit in 64 bits unsigned. */
+export function isStreamId(value: unknown): value is string {
+  if (typeof value !== 'string' || !SHAPE.test(value)) return false;
+  const [ms, seq] = splitId(value);
+  return ms <= MAX_PART && seq <= MAX_PART;
+}
 
 /** The id just before `id`, so that reading after it starts at `id` itself. */
 export function previousStreamId(id: string): string {

@@ -4,14 +4,13 @@ import { ArchiveFormatError } from '../errors/archive-format.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { FIELD } from '../log/codec';
-import { compareStreamIds } from '../log/stream-id';
+import { compareStreamIds, isStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { ArchivedEntry, decodeArchive, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
 import type { ArchiveObject, ArchiveSource } from './retention.types';
 
 const PAGE = 500;
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 const MAX_SEQ = '18446744073709551615';
 
 /**
@@ -126,6 +125,6 @@ function restoredFields(entry: ArchivedEntry, group: string): string[] {
 function rangeBound(path: string, value: string | Date | undefined, seq: string): string | undefined {
   if (value === undefined) return undefined;
   if (value instanceof Date && !Number.isNaN(value.getTime())) return `${value.getTime()}-${seq}`;
-  if (typeof value === 'string' && STREAM_ID.test(value)) return value;
+  if (typeof value === 'string' && isStreamId(value)) return value;
   throw new InvalidOptionError(path, value, 'a stream id such as "1700000000000-0" or a valid Date');
 }

@@ -1,4 +1,4 @@
-import { compareStreamIds, offsetBeforeTime, previousStreamId } from '../../lib/log/stream-id';
+import { compareStreamIds, isStreamId, offsetBeforeTime, previousStreamId } from '../../lib/log/stream-id';
 import { newEventId } from '../../lib/log/event-id';
 import { retryDelayMs } from '../../lib/consumer/backoff';
 
@@ -15,6 +15,15 @@ describe('stream ids', () => {
     expect(compareStreamIds('9-18446744073709551615', '9-18446744073709551614')).toBe(1);
     expect(compareStreamIds('1-1', '1-1')).toBe(0);
     expect(compareStreamIds('1-1', '1-2')).toBe(-1);
+  });
+
+  it('accepts only complete ids whose parts fit in 64 bits, as Redis does', () => {
+    expect(isStreamId('1700000000000-0')).toBe(true);
+    expect(isStreamId('18446744073709551615-18446744073709551615')).toBe(true);
+    expect(isStreamId('18446744073709551616-0')).toBe(false);
+    expect(isStreamId('99999999999999999999-0')).toBe(false);
+    expect(isStreamId('1-18446744073709551616')).toBe(false);
+    for (const bad of ['1700000000000', '-1-0', '1-', 'a-b', ' 1-0', 42, null]) expect(isStreamId(bad)).toBe(false);
   });
 });
 
