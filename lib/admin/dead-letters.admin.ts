@@ -101,14 +101,24 @@ export class DeadLetterAdmin {
   private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
     if (page.length === 0) return 0;
     const { keys, client } = this.redis;
-    const pipeline = client.pipeline();
-    for (const [, fields] of page) {
+    // One pipeline per partition: on Redis Cluster a pipeline may only touch one slot, and each partition has its own.
+    const byPartition = new Map<number, Array<{ id: string; original: string[] }>>();
+    for (const [id, fields] of page) {
       const { partition, original } = this.replayFields(fields);
-      pipeline.xadd(keys.stream(partition), '*', ...original, FIELD.to, group);
+      const entries = byPartition.get(partition) ?? [];
+      entries.push({ id, original });
+      byPartition.set(partition, entries);
     }
-    const replies = (await pipeline.exec()) ?? [];
-    // Only what was appended leaves the dead-letter stream.
-    const appended = page.filter((_, i) => !replies[i]?.[0]).map(([id]) => id);
+    const appendedPerPartition = await Promise.all(
+      [...byPartition].map(async ([partition, entries]) => {
+        const pipeline = client.pipeline();
+        for (const { original } of entries) pipeline.xadd(keys.stream(partition), '*', ...original, FIELD.to, group);
+        const replies = (await pipeline.exec()) ?? [];
+        // Only what was appended leaves the dead-letter stream.
+        return entries.filter((_, i) => !replies[i]?.[0]).map(({ id }) => id);
+      }),
+    );
+    const appended = appendedPerPartition.flat();
     if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
     return appended.length;
   }

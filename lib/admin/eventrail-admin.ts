@@ -265,7 +265,7 @@ export class EventrailAdmin {
    * Entries appended to any partition from now on, as they come, until
    * `signal` aborts or the loop breaks. Waits in `XREAD BLOCK`: idle costs nothing.
    */
-  follow(options: FollowOptions = {}): AsyncGenerator<LogEntry> {
+  follow(options: FollowOptions = {}): AsyncIterableIterator<LogEntry> {
     return this.log.follow(options);
   }
 

@@ -117,6 +117,16 @@ describe('EventrailAdmin: reading the log, following it, dead letters one by one
     await following; // ends instead of hanging
   });
 
+  it('stops following at once on return(), even while a next() waits on an idle log', async () => {
+    let listening = false;
+    const tail = admin.follow({ onListening: () => (listening = true) });
+    const pending = tail.next();
+    await waitFor(() => listening, 'the tail to start');
+    await tail.return!();
+    await expect(pending).resolves.toEqual({ value: undefined, done: true });
+    await expect(tail.next()).resolves.toEqual({ value: undefined, done: true });
+  });
+
   it('finds one dead letter, lists newest first, counts, and reports replay progress', async () => {
     await publisher.publishMany([1, 2, 3].map((n) => ({ event: 'order.placed', data: { n } })));
     await waitFor(async () => (await admin.deadLetterCount('billing')) === 3, 'three dead letters');
