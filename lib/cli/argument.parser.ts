@@ -47,6 +47,14 @@ export function collectHeader(value: string, headers: Record<string, string> = {
   return { ...headers, [value.slice(0, eq)]: value.slice(eq + 1) };
 }
 
+/** `EVENTRAIL_REDIS_CLUSTER`: unset, empty, `0`, `false` or `no` mean a single Redis; `1`, `true` or `yes` a cluster. */
+export function parseClusterEnv(value: string | undefined): boolean {
+  const normalized = (value ?? '').trim().toLowerCase();
+  if (['1', 'true', 'yes'].includes(normalized)) return true;
+  if (['', '0', 'false', 'no'].includes(normalized)) return false;
+  throw new CliUsageError(`EVENTRAIL_REDIS_CLUSTER must be 1 or 0 (true/false, yes/no), got "${value}"`);
+}
+
 /** The event payload of `publish`: JSON text. Parsed before connecting, so a typo costs no round trip. */
 export function parseJsonData(text: string): unknown {
   try {

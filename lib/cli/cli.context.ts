@@ -1,3 +1,4 @@
+import { parseClusterEnv } from './argument.parser';
 import { CliOutput } from './cli.output';
 import { CliSession, type SessionOptions } from './cli.session';
 import { ProgressReporter } from './progress.reporter';
@@ -5,6 +6,8 @@ import { ProgressReporter } from './progress.reporter';
 /** The global flags, as commander parses them. */
 export interface GlobalOptions {
   redisUrl?: string;
+  /** `--cluster` true, `--no-cluster` false, neither undefined (then `EVENTRAIL_REDIS_CLUSTER` decides). */
+  cluster?: boolean;
   prefix?: string;
   json?: boolean;
   verbose?: boolean;
@@ -27,6 +30,7 @@ export class CliContext {
   async open(options: Pick<SessionOptions, 'createLog' | 'retention'> = {}): Promise<CliSession> {
     this.session ??= await CliSession.open({
       redisUrl: this.globals.redisUrl,
+      cluster: this.globals.cluster ?? parseClusterEnv(process.env.EVENTRAIL_REDIS_CLUSTER),
       prefix: this.globals.prefix,
       connectTimeoutMs: this.globals.connectTimeout,
       verbose: this.globals.verbose === true,

@@ -17,6 +17,8 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
 const ABOUT = `
 Connection: --redis-url, else EVENTRAIL_REDIS_URL, else redis://localhost:6379.
+            Redis Cluster: --cluster (or EVENTRAIL_REDIS_CLUSTER=1; --no-cluster beats it), and the URL is a
+            comma-separated list of seed nodes: redis://10.0.0.1:7000,redis://10.0.0.2:7000.
 Log:        --prefix, else EVENTRAIL_PREFIX, else "eventrail". The partition count is read from the log.
 
 Every read command takes --json: one JSON document on stdout (tail: one object per line).
@@ -33,7 +35,12 @@ export function createProgram(runner: CliRunner): Command {
   const program = new Command('eventrail')
     .description('Operate an eventrail log: groups, offsets, dead letters, retention, and a live tail.')
     .version(packageVersion(), '-V, --version')
-    .option('--redis-url <url>', 'Redis URL (default: EVENTRAIL_REDIS_URL, else redis://localhost:6379)')
+    .option(
+      '--redis-url <url>',
+      'Redis URL; with --cluster, comma-separated seed node URLs (default: EVENTRAIL_REDIS_URL, else redis://localhost:6379)',
+    )
+    .option('--cluster', 'connect to a Redis Cluster through the seed nodes of --redis-url (default: EVENTRAIL_REDIS_CLUSTER=1)')
+    .option('--no-cluster', 'a single Redis, even when EVENTRAIL_REDIS_CLUSTER=1')
     .option('--prefix <prefix>', 'key prefix of the log (default: EVENTRAIL_PREFIX, else "eventrail")')
     .option('--json', 'machine-readable output on stdout')
     .option('--verbose', 'log connection and library messages on stderr')
@@ -42,7 +49,16 @@ export function createProgram(runner: CliRunner): Command {
     .exitOverride()
     .configureOutput({ outputError: () => undefined }) // the runner prints every error in one format
     .showSuggestionAfterError()
-    .addHelpText('after', ABOUT + examples(['eventrail status', 'eventrail --prefix orders groups --json', 'eventrail dlq list billing']));
+    .addHelpText(
+      'after',
+      ABOUT +
+        examples([
+          'eventrail status',
+          'eventrail --prefix orders groups --json',
+          'eventrail dlq list billing',
+          'eventrail --cluster --redis-url redis://10.0.0.1:7000,redis://10.0.0.2:7000 status',
+        ]),
+    );
 
   registerStatusCommand(program, runner);
   registerGroupCommands(program, runner);

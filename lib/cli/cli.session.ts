@@ -1,21 +1,22 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import Redis from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
-import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailModule } from '../eventrail.module';
 import { resolveModuleOptions } from '../eventrail.options';
 import { EventrailPublisher } from '../log/eventrail.publisher';
 import { readLogPartitions } from '../log/log-meta';
 import type { RetentionOptions } from '../retention/retention.options';
 import { LogNotFoundError } from './errors/log-not-found.error';
+import { closeRedis, connectRedis, describeTarget, type RedisTarget } from './redis.connector';
 import { StderrLogger } from './stderr.logger';
-import { redactUrl } from './value.format';
 
 export interface SessionOptions {
   /** `--redis-url`; the module's fallback (`EVENTRAIL_REDIS_URL`, then localhost) applies when absent. */
   redisUrl?: string;
+  /** `--cluster` / `EVENTRAIL_REDIS_CLUSTER`: `redisUrl` is a comma-separated list of Redis Cluster seed nodes. */
+  cluster: boolean;
   /** `--prefix`; the module's fallback (`EVENTRAIL_PREFIX`, then `eventrail`) applies when absent. */
   prefix?: string;
   /** How long to wait for Redis before failing. */
@@ -40,9 +41,11 @@ export interface SessionOptions {
 export class CliSession {
   private constructor(
     private readonly app: INestApplicationContext,
-    private readonly client: Redis,
+    private readonly client: Redis | Cluster,
     readonly prefix: string,
-    readonly redisUrl: string,
+    /** The URL, or the cluster's seed URLs, with passwords redacted. */
+    readonly redis: string,
+    readonly cluster: boolean,
     readonly partitions: number,
   ) {}
 
@@ -62,12 +65,12 @@ export class CliSession {
       partitions: options.createLog?.partitions,
       retention: options.retention,
     });
-    const url = resolved.redis as string;
+    const target: RedisTarget = { url: resolved.redis as string, cluster: options.cluster };
     const prefix = resolved.prefix;
-    const client = await connect(url, options.connectTimeoutMs, options.verbose);
+    const client = await connectRedis(target, options.connectTimeoutMs, options.verbose);
     try {
       const recorded = await readLogPartitions(client, prefix);
-      if (recorded === null && !options.createLog) throw new LogNotFoundError(prefix, redactUrl(url));
+      if (recorded === null && !options.createLog) throw new LogNotFoundError(prefix, describeTarget(target));
       const wanted = options.createLog?.partitions;
       if (recorded !== null && wanted !== undefined && wanted !== recorded) throw new PartitionMismatchError(prefix, wanted, recorded);
       const partitions = recorded ?? resolved.partitions;
@@ -87,7 +90,7 @@ export class CliSession {
         // abortOnError: Nest would otherwise abort the process on a failed init instead of throwing.
         { logger: options.verbose ? new StderrLogger() : false, abortOnError: false },
       );
-      return new CliSession(app, client, prefix, url, partitions);
+      return new CliSession(app, client, prefix, describeTarget(target), target.cluster, partitions);
     } catch (error) {
       client.disconnect();
       throw error;
@@ -97,38 +100,6 @@ export class CliSession {
   async close(): Promise<void> {
     await this.app.close();
     // The module never closes a client it was given.
-    await this.client.quit().catch(() => this.client.disconnect());
-  }
-}
-
-/**
- * Connects within `timeoutMs` or fails: an operator's command should say
- * "unreachable" in seconds, not retry for ever. The client is handed to the
- * module, so the CLI owns the one connection and its timeout.
- */
-async function connect(url: string, timeoutMs: number, verbose: boolean): Promise<Redis> {
-  const client = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 3 });
-  // Every failed reconnect emits 'error'; without a listener the process would crash on it.
-  let lastError: Error | undefined;
-  client.on('error', (error: Error) => {
-    lastError = error;
-    if (verbose) process.stderr.write(`Redis connection error: ${error.message}\n`);
-  });
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RedisUnavailableError(`no answer from ${redactUrl(url)} within ${timeoutMs} ms`)), timeoutMs);
-  });
-  const connecting = client.connect();
-  connecting.catch(() => undefined); // the timeout may win the race; the loser's rejection is expected
-  try {
-    await Promise.race([connecting, timeout]);
-    return client;
-  } catch (error) {
-    client.disconnect();
-    if (error instanceof RedisUnavailableError) throw error;
-    // connect() rejects with "Connection is closed."; the 'error' event before it says why (ECONNREFUSED, ENOTFOUND, WRONGPASS...).
-    throw new RedisUnavailableError(`cannot connect to ${redactUrl(url)}`, lastError ?? error);
-  } finally {
-    clearTimeout(timer);
+    await closeRedis(this.client);
   }
 }

@@ -50,6 +50,9 @@ export function describeError(error: unknown): string {
     return `The log "${error.prefix}" has ${error.recorded} partition(s), not ${error.configured}: leave out --partitions (it only applies to a new log)`;
   }
   if (error instanceof CommanderError) return error.message.replace(/^error: /, '');
+  // A cluster node answers keys of other nodes' slots with MOVED: the plain connection reached a cluster.
+  if (error instanceof Error && /\bMOVED \d+ /.test(error.message))
+    return `${error.message}: the server is a Redis Cluster node; pass --cluster (or EVENTRAIL_REDIS_CLUSTER=1) and seed node URLs`;
   if (error instanceof Error) return error.message;
   return String(error);
 }

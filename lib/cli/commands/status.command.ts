@@ -3,7 +3,7 @@ import type { NodeStatus, PartitionLogStats } from '../../admin/admin.types';
 import type { CliRunner } from '../cli.runner';
 import { examples } from '../help.text';
 import { formatFields, formatTable } from '../table.formatter';
-import { formatBytes, formatDate, formatPartitions, NONE, redactUrl } from '../value.format';
+import { formatBytes, formatDate, formatPartitions, NONE } from '../value.format';
 import { isLagCapped } from './group.view';
 
 interface GroupSummary {
@@ -17,7 +17,9 @@ interface GroupSummary {
 
 /** What `status --json` prints. */
 interface StatusReport {
+  /** The URL, or the seed URLs of a cluster, with passwords redacted. */
   redis: string;
+  cluster: boolean;
   prefix: string;
   connection: string;
   pingMs: number;
@@ -33,7 +35,12 @@ export function registerStatusCommand(program: Command, runner: CliRunner): void
     .description('connection, ping, nodes, partition lengths, memory, and a summary of every consumer group')
     .addHelpText(
       'after',
-      examples(['eventrail status', 'eventrail status --json', 'eventrail --prefix orders --redis-url redis://redis:6379 status']),
+      examples([
+        'eventrail status',
+        'eventrail status --json',
+        'eventrail --prefix orders --redis-url redis://redis:6379 status',
+        'eventrail --cluster --redis-url redis://10.0.0.1:7000,redis://10.0.0.2:7000 status',
+      ]) + '\nOn Redis Cluster, the nodes table lists each primary, its replicas and the partitions whose slots it serves.\n',
     )
     .action(
       runner.action(async (ctx) => {
@@ -41,7 +48,8 @@ export function registerStatusCommand(program: Command, runner: CliRunner): void
         const { admin } = session;
         const [pingMs, nodes, stats, groups] = await Promise.all([admin.ping(), admin.nodes(), admin.stats(), admin.groups()]);
         const report: StatusReport = {
-          redis: redactUrl(session.redisUrl),
+          redis: session.redis,
+          cluster: session.cluster,
           prefix: stats.prefix,
           connection: admin.connectionStatus(),
           pingMs: Math.round(pingMs * 100) / 100,
@@ -65,7 +73,7 @@ export function registerStatusCommand(program: Command, runner: CliRunner): void
 function renderStatus(report: StatusReport): string {
   const sections = [
     formatFields([
-      ['Redis', `${report.redis} (${report.connection}, ping ${report.pingMs} ms)`],
+      ['Redis', `${report.redis} (${report.cluster ? 'cluster, ' : ''}${report.connection}, ping ${report.pingMs} ms)`],
       ['Prefix', report.prefix],
       ['Partitions', report.partitions.length],
       ['Entries', report.partitions.reduce((sum, p) => sum + p.length, 0)],

@@ -1,0 +1,127 @@
+import Redis, { Cluster } from 'ioredis';
+import { RedisUnavailableError } from '../errors/redis-unavailable.error';
+import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
+import { CliUsageError } from './errors/cli-usage.error';
+import { redactUrl } from './value.format';
+
+/** Where the CLI connects. */
+export interface RedisTarget {
+  /** One Redis URL; with `cluster`, a comma-separated list of seed node URLs. */
+  url: string;
+  /** `--cluster` / `EVENTRAIL_REDIS_CLUSTER`. */
+  cluster: boolean;
+}
+
+/** How long `closeRedis` waits for QUIT before dropping the connections. */
+const QUIT_TIMEOUT_MS = 1_000;
+
+/** The target as messages and `status` show it, passwords replaced by `***`. */
+export function describeTarget(target: RedisTarget): string {
+  return target.cluster ? splitSeeds(target.url).map(redactUrl).join(',') : redactUrl(target.url);
+}
+
+/**
+ * Connects within `timeoutMs` or fails: an operator's command should say
+ * "unreachable" in seconds, not retry for ever. The client is handed to the
+ * module, so the CLI owns the connection and its timeout, on a single Redis
+ * and on a cluster alike.
+ */
+export async function connectRedis(target: RedisTarget, timeoutMs: number, verbose: boolean): Promise<Redis | Cluster> {
+  const seeds = target.cluster ? parseClusterSeeds(target.url) : undefined;
+  const client = seeds ? createCluster(seeds, timeoutMs) : createRedis(target.url, timeoutMs);
+  const where = target.cluster ? `Redis Cluster seeds ${describeTarget(target)}` : describeTarget(target);
+  // Every failed reconnect emits 'error'; without a listener the process would crash on it.
+  let lastError: Error | undefined;
+  client.on('error', (error: Error) => {
+    lastError = error;
+    if (verbose) process.stderr.write(`Redis connection error: ${error.message}\n`);
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RedisUnavailableError(`no answer from ${where} within ${timeoutMs} ms`)), timeoutMs);
+  });
+  const connecting = client.connect();
+  connecting.catch(() => undefined); // the timeout may win the race; the loser's rejection is expected
+  try {
+    await Promise.race([connecting, timeout]);
+    return client;
+  } catch (error) {
+    clearTimeout(timer);
+    client.disconnect();
+    if (error instanceof RedisUnavailableError) throw error;
+    // connect() rejects with "Connection is closed." (a cluster: "None of startup nodes is available");
+    // the 'error' event before it says why (ECONNREFUSED, WRONGPASS, cluster support disabled...).
+    let cause = rootCause(lastError) ?? error;
+    if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds, timeoutMs)) ?? cause;
+    throw new RedisUnavailableError(`cannot connect to ${where}`, cause);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** QUIT, so the servers see a clean goodbye; a client that cannot say it in time (a node gone) is dropped instead. */
+export async function closeRedis(client: Redis | Cluster): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const quit = client.quit().then(
+    () => true,
+    () => false,
+  );
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), QUIT_TIMEOUT_MS)));
+  try {
+    if (!(await Promise.race([quit, late]))) client.disconnect();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Reconnect attempts fail a command after a few retries instead of ioredis's 20, as the module does.
+const MAX_RETRIES_PER_REQUEST = 3;
+
+function createRedis(url: string, timeoutMs: number): Redis {
+  if (splitSeeds(url).length > 1)
+    throw new CliUsageError(
+      `The Redis URL lists several nodes (${describeTarget({ url, cluster: true })}): pass --cluster (or EVENTRAIL_REDIS_CLUSTER=1) for Redis Cluster`,
+    );
+  return new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: MAX_RETRIES_PER_REQUEST });
+}
+
+function createCluster({ nodes, redisOptions }: ClusterSeeds, timeoutMs: number): Cluster {
+  return new Cluster(nodes, {
+    lazyConnect: true,
+    redisOptions: { ...redisOptions, connectTimeout: timeoutMs, maxRetriesPerRequest: MAX_RETRIES_PER_REQUEST },
+  });
+}
+
+/** ioredis reports a cluster that no seed could map as "Failed to refresh slots cache."; the last node's error says why. */
+function rootCause(error: Error | undefined): Error | undefined {
+  return (error as { lastNodeError?: Error } | undefined)?.lastNodeError ?? error;
+}
+
+function isConnectionClosed(error: unknown): boolean {
+  return error instanceof Error && error.message === 'Connection is closed.';
+}
+
+/**
+ * The cluster client asks each seed on a connection whose errors it drops, so
+ * an unreachable seed only says "Connection is closed.". One plain connection
+ * per seed learns why (ECONNREFUSED, ENOTFOUND, a TLS failure); the first
+ * seed's reason is reported.
+ */
+async function firstSeedError({ nodes, redisOptions }: ClusterSeeds, timeoutMs: number): Promise<Error | undefined> {
+  const errors = await Promise.all(
+    nodes.map(async ({ host, port }) => {
+      const probe = new Redis({ ...redisOptions, host, port, lazyConnect: true, connectTimeout: timeoutMs, retryStrategy: () => null });
+      let failure: Error | undefined;
+      probe.on('error', (error: Error) => (failure ??= error));
+      try {
+        await probe.connect();
+        return undefined;
+      } catch (error) {
+        return failure ?? (error as Error);
+      } finally {
+        probe.disconnect();
+      }
+    }),
+  );
+  return errors.find((error) => error !== undefined);
+}
