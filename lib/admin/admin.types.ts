@@ -103,6 +103,11 @@ export interface LogPage {
   entries: LogEntry[];
   /** Pass as `after` for the next page; null when the scan reached the end of the partition. */
   next: string | null;
+  /**
+   * The last entry this call looked at, matching or not (else the `after` it was given, or null): pass it
+   * as `after` to wait for new entries without scanning again what a filter skipped.
+   */
+  scannedTo: string | null;
 }
 
 export interface ReadLogOptions {

@@ -24,21 +24,22 @@ export class LogReader {
     let start = startOf(from, after);
     const entries: LogEntry[] = [];
     let scanned = 0;
+    let scannedTo = after ?? null;
     for (;;) {
       const page = wanted ? SCAN_PAGE : count;
       const raw = await this.redis.client.xrange(stream, start, '+', 'COUNT', page);
       scanned += raw.length;
       for (const [offset, fields] of raw) {
+        scannedTo = offset;
         const entry = toLogEntry(partition, offset, fields);
         if (wanted && !(entry.event !== null && wanted.has(entry.event))) continue;
         entries.push(entry);
         // A full page ends here: the caller continues after this entry.
-        if (entries.length === count) return { partition, entries, next: offset };
+        if (entries.length === count) return { partition, entries, next: offset, scannedTo };
       }
-      if (raw.length < page) return { partition, entries, next: null };
-      const last = raw[raw.length - 1][0];
-      if (scanned >= SCAN_LIMIT) return { partition, entries, next: last };
-      start = `(${last}`;
+      if (raw.length < page) return { partition, entries, next: null, scannedTo };
+      if (scanned >= SCAN_LIMIT) return { partition, entries, next: scannedTo, scannedTo };
+      start = `(${scannedTo}`;
     }
   }
 

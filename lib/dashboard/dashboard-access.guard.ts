@@ -68,7 +68,15 @@ export class DashboardAccessGuard implements CanActivate {
   }
 
   private authenticate(request: HttpRequest, response: unknown): void {
-    if (this.tokenDigest === null) return;
+    if (this.tokenDigest === null) {
+      // No token: only a browser on this machine. A page elsewhere that rebinds its own name to this
+      // address still sends that name as Host, so it gets no answer.
+      const host = requestHost(request);
+      if (host !== null && isLoopback(host)) return;
+      throw new UnauthorizedException(
+        `This dashboard has no auth.token, so its API only answers requests to localhost; set auth.token to reach it as ${host ?? 'this host'}`,
+      );
+    }
     const header = request.headers.authorization;
     const presented = header ? BEARER.exec(header)?.[1] : undefined;
     // Hashing first gives both sides the same length, so the comparison time says nothing about the token.
@@ -95,11 +103,22 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
-/** The host the browser asked for: `Host`, or what a reverse proxy says it was (`X-Forwarded-Host`). */
-function servedHosts({ headers }: HttpRequest): Array<string | null> {
-  const forwarded = headers['x-forwarded-host'];
+/** The host the request was addressed to: `Host`, or `:authority` on HTTP/2. */
+function requestHost({ headers }: HttpRequest): string | null {
+  const authority = headers[':authority'];
+  return headers.host ?? (typeof authority === 'string' ? authority : null);
+}
+
+/** The host the browser asked for: the request's, or what a reverse proxy says it was (`X-Forwarded-Host`). */
+function servedHosts(request: HttpRequest): Array<string | null> {
+  const forwarded = request.headers['x-forwarded-host'];
   const first = (Array.isArray(forwarded) ? forwarded[0] : forwarded)?.split(',')[0].trim();
-  return [headers.host ?? null, first ?? null].filter((host) => host !== null);
+  return [requestHost(request), first ?? null].filter((host) => host !== null);
+}
+
+function isLoopback(host: string): boolean {
+  const name = host.startsWith('[') ? host.slice(0, host.indexOf(']') + 1) : host.replace(/:\d+$/, '');
+  return name === 'localhost' || name.endsWith('.localhost') || name === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(name);
 }
 
 function hostOf(origin: string): string | null {

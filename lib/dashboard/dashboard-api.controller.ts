@@ -130,6 +130,7 @@ export class DashboardApiController {
 
   /** CORS preflights; the guard answers them (headers for listed origins, 403 for the rest). */
   @Options([
+    'config',
     'overview',
     'groups',
     'groups/:name',

@@ -10,7 +10,8 @@ export interface EventrailDashboardOptions {
   path?: string;
   /**
    * Bearer token that every API call must present (`Authorization: Bearer <token>`), compared in constant time.
-   * Required when `NODE_ENV` is `production`: startup fails without it there.
+   * Required when `NODE_ENV` is `production`: startup fails without it there. Without it, the API only
+   * answers requests addressed to a loopback host (`localhost`, `127.0.0.1`, `[::1]`).
    */
   auth?: { token: string };
   /**
@@ -50,6 +51,8 @@ export const DASHBOARD_DEFAULTS = Object.freeze({ path: '/eventrail', readOnly: 
 
 const PATH = /^(\/[A-Za-z0-9._~-]+)+$/;
 const ORIGIN = /^https?:\/\/[^/\s]+$/;
+/** What a bearer header can carry: a token with whitespace could never be presented. */
+const TOKEN = /^\S+$/;
 
 /** The mount path, checked: routes are built from it before the options factory of `registerAsync` runs. */
 export function resolveDashboardPath(path: unknown = DASHBOARD_DEFAULTS.path): string {
@@ -67,8 +70,16 @@ export function resolveDashboardOptions(
   if (options === null || typeof options !== 'object') throw new InvalidOptionError('dashboard', options, 'an options object');
   const path = resolveDashboardPath(options.path);
   const { auth, readOnly = DASHBOARD_DEFAULTS.readOnly, cors, refreshMs = DASHBOARD_DEFAULTS.refreshMs } = options;
-  if (auth !== undefined && (auth === null || typeof auth !== 'object' || typeof auth.token !== 'string' || auth.token.trim() === '')) {
-    throw new InvalidOptionError('dashboard.auth', auth, '{ token: "<a non-empty secret>" }');
+  if (auth !== undefined && (auth === null || typeof auth !== 'object' || typeof auth.token !== 'string')) {
+    throw new InvalidOptionError('dashboard.auth', typeof auth, '{ token: "<a secret>" }');
+  }
+  // The secret itself never goes into the error: it would end up in logs.
+  if (auth !== undefined && !TOKEN.test(auth.token)) {
+    throw new InvalidOptionError(
+      'dashboard.auth.token',
+      `<hidden, ${auth.token.length} characters>`,
+      'a non-empty secret without spaces or line breaks (trim what you read from a file or variable)',
+    );
   }
   const token = auth?.token ?? null;
   if (token === null && env.NODE_ENV === 'production') throw new DashboardAuthRequiredError(path);

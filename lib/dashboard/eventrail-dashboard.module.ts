@@ -3,6 +3,7 @@ import { DashboardAccessGuard } from './dashboard-access.guard';
 import { DashboardApiController } from './dashboard-api.controller';
 import { DashboardAssets } from './dashboard-assets';
 import { DashboardErrorFilter } from './dashboard-error.filter';
+import { DashboardRedisGuard } from './dashboard-redis.guard';
 import { DashboardUiController } from './dashboard-ui.controller';
 import { DASHBOARD_OPTIONS, DASHBOARD_RAW_OPTIONS } from './dashboard.constants';
 import {
@@ -41,7 +42,12 @@ export class EventrailDashboardModule {
     return {
       module: EventrailDashboardModule,
       controllers: mountedControllers(path),
-      providers: [...providers, { provide: DashboardAssets, useFactory: () => new DashboardAssets() }, DashboardAccessGuard],
+      providers: [
+        ...providers,
+        { provide: DashboardAssets, useFactory: () => new DashboardAssets() },
+        DashboardAccessGuard,
+        DashboardRedisGuard,
+      ],
     };
   }
 }
@@ -51,7 +57,8 @@ function mountedControllers(path: string): Type[] {
   class EventrailDashboardApi extends DashboardApiController {}
   class EventrailDashboardUi extends DashboardUiController {}
   Controller(`${path}/api`)(EventrailDashboardApi);
-  UseGuards(DashboardAccessGuard)(EventrailDashboardApi);
+  // Access first: a caller without the token learns nothing, not even that Redis is down.
+  UseGuards(DashboardAccessGuard, DashboardRedisGuard)(EventrailDashboardApi);
   UseFilters(DashboardErrorFilter)(EventrailDashboardApi);
   Controller(path)(EventrailDashboardUi);
   return [EventrailDashboardApi, EventrailDashboardUi];

@@ -14,7 +14,9 @@ import {
   NonRetryableError,
   OnEvent,
 } from '../../lib';
+import { request as httpRequest } from 'node:http';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { startRedisServer } from '../support/redis-server';
 
 // Response bodies are checked field by field below.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -37,9 +39,10 @@ async function startApp(
   platform: 'express' | 'fastify',
   prefix: string,
   dashboard: EventrailDashboardOptions,
+  redis = testRedisUrl(),
 ): Promise<{ app: INestApplication; url: string }> {
   @Module({
-    imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 2 }), EventrailDashboardModule.register(dashboard)],
+    imports: [EventrailModule.forRoot({ redis, prefix, partitions: 2 }), EventrailDashboardModule.register(dashboard)],
     providers: [Billing],
   })
   class AppModule {}
@@ -101,6 +104,12 @@ describe.each(['express', 'fastify'] as const)('Dashboard API on %s', (platform)
     expect(right.status).toBe(200);
     const groups = await body(right);
     expect(groups).toEqual([expect.objectContaining({ name: 'billing', events: ['order.placed'], deadLetters: 3 })]);
+    const preflightConfig = await call('/api/config', {
+      method: 'OPTIONS',
+      token: null,
+      headers: { origin: ALLOWED, 'access-control-request-method': 'GET' },
+    });
+    expect([preflightConfig.status, preflightConfig.headers.get('access-control-allow-origin')]).toEqual([204, ALLOWED]);
     const config = await call('/api/config', { token: null });
     expect(await body(config)).toEqual({ authRequired: true, readOnly: false, refreshMs: 2000 });
   });
@@ -133,7 +142,7 @@ describe.each(['express', 'fastify'] as const)('Dashboard API on %s', (platform)
     const entry = await body(await call(`/api/log/${partition}/${one.offset}`));
     expect(entry).toMatchObject({ offset: one.offset, event: 'order.placed', data: { n } });
     const filteredOut = await body(await call(`/api/log?partition=${partition}&event=nothing.like.this`));
-    expect(filteredOut).toEqual({ partition, entries: [], next: null });
+    expect(filteredOut).toEqual({ partition, entries: [], next: null, scannedTo: log.scannedTo });
   });
 
   it('answers bad input with 400, unknown groups and entries with 404, naming what was wrong', async () => {
@@ -274,6 +283,51 @@ describe('Dashboard options', () => {
     }
   });
 
+  it('without a token, answers only requests addressed to a loopback host (no DNS rebinding)', async () => {
+    const { app, url } = await startApp('express', prefix, {});
+    const port = new URL(url).port;
+    const get = (host: string): Promise<{ status: number; body: string }> =>
+      new Promise((resolve, reject) => {
+        const req = httpRequest({ host: '127.0.0.1', port, path: '/eventrail/api/groups', headers: { host } }, (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        });
+        req.on('error', reject).end();
+      });
+    try {
+      for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, 'app.localhost'])
+        expect([host, (await get(host)).status]).toEqual([host, 200]);
+      const rebound = await get(`attacker.example:${port}`);
+      expect(rebound.status).toBe(401);
+      expect(JSON.parse(rebound.body).message).toMatch(/no auth\.token.*attacker\.example/);
+      expect((await get('127.0.0.1.attacker.example')).status).toBe(401);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('answers 503 at once while Redis is down, and recovers with it', async () => {
+    let server = await startRedisServer();
+    const { app, url } = await startApp('fastify', prefix, { auth: { token: TOKEN } }, server.url);
+    const overview = (): Promise<Response> => fetch(`${url}/eventrail/api/overview`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    try {
+      expect((await overview()).status).toBe(200);
+      await server.stop();
+      const down = await waitFor(async () => {
+        const response = await overview();
+        return response.status === 503 ? body(response) : undefined;
+      }, '503 from the API');
+      expect(down).toMatchObject({ statusCode: 503, error: 'RedisUnavailable', message: expect.stringMatching(/Redis is unavailable/) });
+      expect((await fetch(`${url}/eventrail/api/config`)).status).toBe(200); // needs no Redis
+      server = await startRedisServer(server.port);
+      await waitFor(async () => (await overview()).status === 200, 'the API to recover', 30_000);
+    } finally {
+      await app.close();
+      await server.stop();
+    }
+  });
+
   it('fails at startup without a token when NODE_ENV=production, and on invalid options', async () => {
     const env = process.env.NODE_ENV;
     process.env.NODE_ENV = 'production';
@@ -294,6 +348,9 @@ describe('Dashboard options', () => {
     expect(() => EventrailDashboardModule.register({ path: 'eventrail' })).toThrow(InvalidOptionError);
     expect(() => EventrailDashboardModule.register({ path: '/a/' })).toThrow(/dashboard.path/);
     expect(() => EventrailDashboardModule.register({ auth: { token: ' ' } })).toThrow(/dashboard.auth/);
+    // A secret read from a file with its newline could never be presented; the error does not show it.
+    expect(() => EventrailDashboardModule.register({ auth: { token: 'hunter2\n' } })).toThrow(/auth.token: got "<hidden, 8 characters>"/);
+    expect(() => EventrailDashboardModule.register({ auth: { token: 'hunter2\n' } })).not.toThrow(/hunter2/);
     expect(() => EventrailDashboardModule.register({ cors: { origins: ['*'] } })).toThrow(/dashboard.cors.origins/);
     expect(() => EventrailDashboardModule.register({ refreshMs: 10 })).toThrow(/dashboard.refreshMs/);
   });

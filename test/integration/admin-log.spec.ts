@@ -77,6 +77,14 @@ describe('EventrailAdmin: reading the log, following it, dead letters one by one
     expect(filtered.entries.map((e) => (e.data as { n: number }).n)).toEqual([0, 3, 6, 9]);
     const filteredRest = await admin.readLog(1, { events: ['order.placed'], after: filtered.next!, count: 100 });
     expect(filteredRest.entries.map((e) => (e.data as { n: number }).n)).toEqual([12, 15, 18, 21, 24, 27]);
+    // The scan looked at every entry after the last match: polling goes on from there, not from the match.
+    expect(filteredRest).toMatchObject({ next: null, scannedTo: rest.entries[20].offset });
+    expect(await admin.readLog(1, { events: ['order.placed'], after: filteredRest.scannedTo! })).toEqual({
+      partition: 1,
+      entries: [],
+      next: null,
+      scannedTo: filteredRest.scannedTo,
+    });
 
     expect(await admin.logEntry(1, published[4].offset)).toMatchObject({ id: published[4].id, data: { n: 4 }, malformed: null });
     expect(await admin.logEntry(1, '1-0')).toBeNull();

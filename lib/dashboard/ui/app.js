@@ -55,6 +55,12 @@ function updateHeader() {
   }
 }
 
+/** The header's connection badge turns red on an outage, instead of showing the last good state. */
+function showOutage(error) {
+  const what = error.status === 503 ? 'Redis unavailable' : 'Dashboard server unreachable';
+  fill(document.getElementById('connection'), h('span', { class: 'dot dot-bad' }), what);
+}
+
 function setUpdated(error) {
   const el = document.getElementById('updated');
   el.classList.toggle('error', Boolean(error));
@@ -110,7 +116,9 @@ async function refresh() {
     if (window.scrollY !== scroll) window.scrollTo(0, scroll);
     setUpdated(null);
   } catch (error) {
-    if (error.status !== 401) setUpdated(error);
+    // A 401 without a token configured is the server's "localhost only": say so rather than ask for a token.
+    if (error.status !== 401 || !state.config.authRequired) setUpdated(error);
+    if (error.status === 503 || error.status === 0) showOutage(error);
   } finally {
     state.inFlight = false;
   }

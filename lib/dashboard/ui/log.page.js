@@ -15,6 +15,8 @@ export function logPage(params) {
   const eventFilter = params.get('event') ?? '';
   let entries = [];
   let next = null;
+  /** Where the server's scan stopped: new entries are looked for after it. */
+  let scannedTo = null;
   let loaded = false;
 
   const select = h('select', { name: 'partition', testid: 'log-partition', 'aria-label': 'Partition' });
@@ -57,7 +59,9 @@ export function logPage(params) {
 
   function fillPartitions(count) {
     if (select.options.length === count && count > 0) return;
-    const n = Math.max(count, Number(partition) + 1 || 1);
+    // The partition in the URL is shown even when out of range (the API says so), but never builds a huge list.
+    const asked = Number(partition);
+    const n = Number.isInteger(asked) && asked >= count && asked < count + 1000 ? asked + 1 : count;
     fill(select, ...Array.from({ length: n }, (_, p) => h('option', { value: String(p) }, `P${p}`)));
     select.value = partition;
   }
@@ -126,6 +130,7 @@ export function logPage(params) {
     const page = await api(query({ after: next }));
     entries = entries.concat(page.entries);
     next = page.next;
+    scannedTo = page.scannedTo ?? scannedTo;
     render();
   }
 
@@ -136,9 +141,9 @@ export function logPage(params) {
       let page;
       try {
         // Entries never change once appended: after the first page, only look for new ones at the end.
-        if (!loaded) page = await api(query({}));
-        else if (next === null && entries.length) page = await api(query({ after: entries[entries.length - 1].offset }));
-        else if (next === null) page = await api(query({}));
+        // Polls go on from the last entry the server looked at, so a rare event type is not scanned for again and again.
+        if (!loaded || (next === null && scannedTo === null)) page = await api(query({}));
+        else if (next === null) page = await api(query({ after: scannedTo }));
         else return;
       } catch (error) {
         if (error.status === 400) return fill(list, notice(error.message));
@@ -151,6 +156,7 @@ export function logPage(params) {
         loaded = true;
       } else entries = entries.concat(page.entries.filter((e) => !entries.some((x) => x.offset === e.offset)));
       next = page.next;
+      scannedTo = page.scannedTo ?? scannedTo;
       render();
     },
   };
