@@ -1,6 +1,7 @@
 import { parseClusterEnv } from './argument.parser';
 import { CliOutput } from './cli.output';
 import { CliSession, type SessionOptions } from './cli.session';
+import { formatCommandLine, type PrintedCommand } from './command-line.format';
 import { ProgressReporter } from './progress.reporter';
 
 /** The global flags, as commander parses them. */
@@ -22,8 +23,17 @@ export class CliContext {
   readonly output: CliOutput;
   private session?: CliSession;
 
-  constructor(readonly globals: GlobalOptions) {
+  constructor(
+    readonly globals: GlobalOptions,
+    /** The global flags typed on this command line, not defaults: repeated in commands printed for the operator. */
+    private readonly typedGlobals: Partial<GlobalOptions> = {},
+  ) {
     this.output = new CliOutput(globals.json === true);
+  }
+
+  /** `eventrail <args>` with this run's global flags, for a notice saying what to run next. */
+  commandLine(args: readonly string[]): PrintedCommand {
+    return formatCommandLine(this.typedGlobals, args);
   }
 
   /** Connects to the log; fails when none exists at the prefix unless `createLog`. */

@@ -20,7 +20,7 @@ export class CliRunner {
   action<O extends object>(handler: CommandHandler<O>): (...params: unknown[]) => Promise<void> {
     return async (...params) => {
       const command = params[params.length - 1] as Command;
-      const ctx = new CliContext(command.optsWithGlobals<GlobalOptions>());
+      const ctx = new CliContext(command.optsWithGlobals<GlobalOptions>(), typedGlobals(command));
       try {
         this.exitCode = (await handler(ctx, command.processedArgs, command.opts<O>())) ?? ExitCode.Ok;
       } catch (error) {
@@ -51,4 +51,16 @@ export class CliRunner {
       return ExitCode.Usage;
     }
   }
+}
+
+/** The program's options given on the command line (wherever they stood), leaving out defaults. */
+function typedGlobals(command: Command): Partial<GlobalOptions> {
+  let program = command;
+  while (program.parent) program = program.parent;
+  const typed: Record<string, unknown> = {};
+  for (const option of program.options) {
+    const key = option.attributeName();
+    if (program.getOptionValueSource(key) === 'cli') typed[key] = program.getOptionValue(key) as unknown;
+  }
+  return typed as Partial<GlobalOptions>;
 }

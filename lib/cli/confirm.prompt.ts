@@ -1,5 +1,6 @@
 import { createInterface } from 'node:readline/promises';
 import { CliUsageError } from './errors/cli-usage.error';
+import { escapeControls } from './terminal.escape';
 
 /**
  * Confirmation of destructive commands: `--yes`, or a y/N question when
@@ -16,7 +17,7 @@ export async function confirm(yes: boolean, question: string): Promise<boolean> 
   if (yes) return true;
   const prompt = createInterface({ input: process.stdin, output: process.stderr });
   try {
-    const answer = await prompt.question(`${question} [y/N] `);
+    const answer = await prompt.question(`${escapeControls(question)} [y/N] `);
     return /^y(es)?$/i.test(answer.trim());
   } finally {
     prompt.close();

@@ -2,6 +2,7 @@ import Redis, { Cluster } from 'ioredis';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
 import { CliUsageError } from './errors/cli-usage.error';
+import { escapeControls } from './terminal.escape';
 import { redactUrl } from './value.format';
 
 /** Where the CLI connects. */
@@ -34,7 +35,7 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
   let lastError: Error | undefined;
   client.on('error', (error: Error) => {
     lastError = error;
-    if (verbose) process.stderr.write(`Redis connection error: ${error.message}\n`);
+    if (verbose) process.stderr.write(`Redis connection error: ${escapeControls(error.message)}\n`);
   });
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {

@@ -1,4 +1,5 @@
 import type { LoggerService, LogLevel } from '@nestjs/common';
+import { escapeControls } from './terminal.escape';
 
 /**
  * Nest logger for `--verbose`: everything goes to stderr, so stdout keeps
@@ -29,6 +30,8 @@ export class StderrLogger implements LoggerService {
     const context = typeof rest[rest.length - 1] === 'string' ? (rest[rest.length - 1] as string) : undefined;
     const text =
       message instanceof Error ? (message.stack ?? message.message) : typeof message === 'string' ? message : JSON.stringify(message);
-    process.stderr.write(`[${new Date().toISOString()}] ${level.toUpperCase().padEnd(7)} ${context ? `${context}: ` : ''}${text}\n`);
+    process.stderr.write(
+      `[${new Date().toISOString()}] ${level.toUpperCase().padEnd(7)} ${context ? `${context}: ` : ''}${escapeControls(text, true)}\n`,
+    );
   }
 }

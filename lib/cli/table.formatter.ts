@@ -1,4 +1,9 @@
-/** Plain aligned columns, as kubectl prints them: no borders, a header row in capitals, three spaces between columns. */
+import { escapeControls } from './terminal.escape';
+
+/**
+ * Plain aligned columns, as kubectl prints them: no borders, a header row in capitals, three spaces between columns.
+ * Cells are one line each, escaped before they are measured so the columns stay aligned (see terminal.escape).
+ */
 
 export interface Column<T> {
   header: string;
@@ -10,7 +15,7 @@ export interface Column<T> {
 const GAP = '   ';
 
 export function formatTable<T>(rows: readonly T[], columns: ReadonlyArray<Column<T>>): string {
-  const cells = rows.map((row) => columns.map((column) => String(column.value(row))));
+  const cells = rows.map((row) => columns.map((column) => escapeControls(String(column.value(row)))));
   const headers = columns.map((column) => column.header.toUpperCase());
   const widths = columns.map((_, i) => Math.max(headers[i].length, ...cells.map((line) => line[i].length)));
   const render = (line: string[]): string =>
@@ -21,8 +26,8 @@ export function formatTable<T>(rows: readonly T[], columns: ReadonlyArray<Column
   return [render(headers), ...cells.map(render)].join('\n');
 }
 
-/** `Label:  value` lines with the values aligned, for one object. */
+/** `Label:  value` lines with the values aligned, for one object; each value stays on its line. */
 export function formatFields(fields: ReadonlyArray<readonly [string, string | number]>): string {
   const width = Math.max(...fields.map(([label]) => label.length)) + 1;
-  return fields.map(([label, value]) => `${`${label}:`.padEnd(width)}  ${value}`).join('\n');
+  return fields.map(([label, value]) => `${`${label}:`.padEnd(width)}  ${escapeControls(String(value))}`).join('\n');
 }

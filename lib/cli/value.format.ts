@@ -1,3 +1,5 @@
+import { escapeControls } from './terminal.escape';
+
 /** Formatting of single values for the human (non-`--json`) output. */
 
 /** Placeholder for a missing value in tables. */
@@ -38,9 +40,15 @@ export function formatData(data: unknown, max = Infinity): string {
   return truncate(text, max);
 }
 
+/** One line of at most `max` characters, control characters escaped (counted as shown). */
 export function truncate(text: string, max: number): string {
-  const oneLine = text.replace(/\s*\n\s*/g, ' ');
+  const oneLine = escapeControls(text.replace(/\s*\n\s*/g, ' '));
   return oneLine.length > max ? `${oneLine.slice(0, Math.max(0, max - 1))}…` : oneLine;
+}
+
+/** Names read from Redis (groups, event types) on one line: `a, b, c`. */
+export function formatList(names: readonly string[]): string {
+  return escapeControls(names.join(', '));
 }
 
 /** `0,1,2,3,7` as `0-3,7`. */

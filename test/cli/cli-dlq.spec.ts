@@ -3,17 +3,30 @@ import Redis from 'ioredis';
 import { DeadLetter, EventrailAdmin, EventrailMessage, EventrailPublisher, NonRetryableError, OnEvent, PublishResult } from '../../lib';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, killAll, outcome, parseJson, runCli } from './cli.harness';
+import {
+  assertBuilt,
+  cliEnv,
+  escapeRegExp,
+  HOSTILE,
+  HOSTILE_SHOWN,
+  killAll,
+  outcome,
+  parseJson,
+  RAW_CONTROL,
+  runCli,
+  runPrinted,
+} from './cli.harness';
 
-/** Invoices whose number is in `failing` are dead-lettered at once; the others are recorded as handled. */
+/** Invoices whose number is in `failing` are dead-lettered at once (with their `note` in the error); the others are recorded as handled. */
 const failing = new Set<number>();
 const handled: Array<{ n: number; offset: string }> = [];
 
 @Injectable()
 class Billing {
   @OnEvent('invoice.created', 'billing')
-  handle(message: EventrailMessage<{ n: number }>): void {
-    if (failing.has(message.data.n)) throw new NonRetryableError(`invoice ${message.data.n} is invalid`);
+  handle(message: EventrailMessage<{ n: number; note?: string }>): void {
+    const { n, note } = message.data;
+    if (failing.has(n)) throw new NonRetryableError(`invoice ${n} is invalid${note === undefined ? '' : `: ${note}`}`);
     handled.push({ n: message.data.n, offset: message.offset });
   }
 }
@@ -85,6 +98,110 @@ describe('eventrail CLI: dead letters', () => {
       code: 1,
       stderr: 'eventrail: No dead letter 1-0 in group "billing" (already replayed or purged?)\n',
     });
+  });
+
+  it('prints a next-page command that repeats every flag, global ones included, and lists exactly the next page', async () => {
+    [4, 5].forEach((n) => failing.add(n));
+    await app.get(EventrailPublisher).publishMany([4, 5].map((n) => ({ event: 'invoice.created', data: { n }, key: `customer-${n}` })));
+    await waitFor(async () => (await admin.deadLetterCount('billing')) === 5, 'five dead letters');
+    const newestFirst = (await admin.deadLetters('billing', { newestFirst: true })).map((d) => d.id);
+
+    // Neither the log nor Redis is where the environment points: the printed command must carry --prefix and --redis-url.
+    const env = cliEnv(uniquePrefix('cli-dlq-elsewhere'), { EVENTRAIL_REDIS_URL: 'redis://127.0.0.1:1' });
+    // The default user of a Redis without ACLs takes any password: enough to see it redacted, then put back.
+    const url = new URL(testRedisUrl());
+    url.username = 'default';
+    url.password = 'secret';
+    let result = await runCli(
+      [
+        '--redis-url',
+        url.toString(),
+        '--connect-timeout',
+        '4000',
+        'dlq',
+        'list',
+        'billing',
+        '--prefix',
+        prefix,
+        '--newest-first',
+        '--count',
+        '2',
+      ],
+      env,
+    );
+    const pages: string[][] = [];
+    const printed: string[] = [];
+    for (;;) {
+      expect(result.code).toBe(0);
+      pages.push(
+        result.stdout
+          .trimEnd()
+          .split('\n')
+          .slice(1)
+          .map((line) => line.split(/\s+/)[0]),
+      );
+      const hint = /^More may follow: (eventrail .+?)( \(put the password back[^)]*\))?$/m.exec(result.stderr);
+      if (hint === null) break;
+      expect(hint[2]).toBeDefined();
+      printed.push(hint[1]);
+      result = await runPrinted(hint[1].replace('***', 'secret'), env);
+    }
+    expect(pages).toEqual([newestFirst.slice(0, 2), newestFirst.slice(2, 4), newestFirst.slice(4)]);
+    const redacted = `'${url.toString().replace('secret', '***')}'`;
+    expect(printed).toEqual(
+      [newestFirst[1], newestFirst[3]].map(
+        (after) =>
+          `eventrail --redis-url ${redacted} --prefix ${prefix} --connect-timeout 4000 dlq list billing --newest-first --count 2 --after ${after}`,
+      ),
+    );
+    expect(printed.join('\n')).not.toContain('secret');
+  });
+
+  it('escapes control characters from a dead letter in human output, and keeps them intact in --json', async () => {
+    failing.add(9);
+    await app
+      .get(EventrailPublisher)
+      .publish('invoice.created', { n: 9, note: HOSTILE }, { key: `k-${HOSTILE}`, headers: { trace: HOSTILE } });
+    await waitFor(async () => (await admin.deadLetterCount('billing')) === 4, 'the hostile dead letter');
+    const letter = (await admin.deadLetters('billing')).find((d) => (d.data as { n: number }).n === 9) as DeadLetter;
+
+    const env = cliEnv(prefix);
+    const [table, tableJson, show, showJson] = await Promise.all([
+      runCli(['dlq', 'list', 'billing'], env),
+      runCli(['dlq', 'list', 'billing', '--json'], env),
+      runCli(['dlq', 'show', 'billing', letter.id], env),
+      runCli(['dlq', 'show', 'billing', letter.id, '--json'], env),
+    ]);
+    for (const result of [table, tableJson, show, showJson]) {
+      expect(outcome(result)).toEqual({ code: 0, stderr: '' });
+      expect(result.stdout).not.toMatch(RAW_CONTROL);
+    }
+
+    // One row per dead letter (the forged line stays in its cell), the key shown escaped, the columns still aligned.
+    const rows = table.stdout.trimEnd().split('\n');
+    expect(rows).toHaveLength(5);
+    const row = rows.find((line) => line.startsWith(letter.id)) as string;
+    expect(row).toContain(`k-${HOSTILE_SHOWN}`);
+    expect(row).toContain('NonRetryableError: invoice 9 is invalid: \\x1b]0;pwned');
+    expect(row.indexOf('non-retryable')).toBe(rows[0].indexOf('REASON'));
+
+    expect(show.stdout).toMatch(new RegExp(`^Key:\\s+k-${escapeRegExp(HOSTILE_SHOWN)}$`, 'm'));
+    expect(show.stdout).toMatch(new RegExp(`^Error:\\s+NonRetryableError: invoice 9 is invalid: ${escapeRegExp(HOSTILE_SHOWN)}$`, 'm'));
+    // Data and headers are JSON: C0 escaped by JSON, C1 and DEL by the CLI.
+    const inJson = '\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f';
+    expect(show.stdout).toContain(`"note": "${inJson}"`);
+    expect(show.stdout).toContain(`"trace": "${inJson}"`);
+    // The stack keeps its line breaks, escaping the rest.
+    expect(show.stdout).toContain(
+      'Stack:\n  NonRetryableError: invoice 9 is invalid: \\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\n  forged\\x7f\n',
+    );
+
+    const listed = parseJson<DeadLetter[]>(tableJson).find((d) => d.id === letter.id) as DeadLetter;
+    for (const intact of [listed, parseJson<DeadLetter>(showJson)]) {
+      expect(intact).toEqual(JSON.parse(JSON.stringify(letter)));
+      expect(intact).toMatchObject({ key: `k-${HOSTILE}`, data: { note: HOSTILE }, headers: { trace: HOSTILE } });
+      expect(intact.error.message).toBe(`invoice 9 is invalid: ${HOSTILE}`);
+    }
   });
 
   it('replays chosen dead letters, then all of them, to the group that handles them again', async () => {

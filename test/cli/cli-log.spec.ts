@@ -4,7 +4,7 @@ import { EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent, PublishR
 import type { LogEntry } from '../../lib/admin/admin.types';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, CliProcess, killAll, outcome, parseJson, runCli } from './cli.harness';
+import { assertBuilt, cliEnv, CliProcess, HOSTILE, HOSTILE_SHOWN, killAll, outcome, parseJson, RAW_CONTROL, runCli } from './cli.harness';
 
 @Injectable()
 class Shipping {
@@ -110,6 +110,33 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
     const [eventExit, groupExit] = await Promise.all([byEvent.exited, byGroup.exited]);
     expect(outcome(eventExit)).toEqual({ code: 0, stderr: expect.stringMatching(/^Tailing[^\n]+\n$/) });
     expect(outcome(groupExit)).toEqual({ code: 0, stderr: expect.stringMatching(/^Tailing[^\n]+\n$/) });
+  });
+
+  it('tails a hostile entry as one escaped line, and intact with --json', async () => {
+    const publisher = (await start([])).get(EventrailPublisher);
+    const env = cliEnv(prefix);
+    const human = new CliProcess(['tail'], env);
+    const json = new CliProcess(['tail', '--json'], env);
+    await Promise.all([human, json].map((tail) => tail.waitForOutput((p) => p.stderr.includes('Tailing'), 'the tail is ready')));
+
+    const sent = await publisher.publish('order.created', { note: HOSTILE }, { key: `k-${HOSTILE}`, headers: { trace: HOSTILE } });
+    await human.waitForOutput((p) => p.stdout.includes(sent.id), 'the entry printed');
+    await json.waitForOutput((p) => p.stdout.includes(sent.id), 'the entry printed as JSON');
+
+    expect(human.stdout).not.toMatch(RAW_CONTROL);
+    expect(human.stdout.split('\n')).toHaveLength(2); // one line, then the end
+    expect(human.stdout).toContain(`key=k-${HOSTILE_SHOWN}  {"note":"\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f"}\n`);
+
+    expect(json.stdout).not.toMatch(RAW_CONTROL);
+    expect(JSON.parse(json.stdout) as LogEntry).toMatchObject({
+      id: sent.id,
+      key: `k-${HOSTILE}`,
+      data: { note: HOSTILE },
+      headers: { trace: HOSTILE },
+    });
+    human.signal('SIGINT');
+    json.signal('SIGINT');
+    await Promise.all([human.exited, json.exited]);
   });
 
   it('runs a retention cycle from RETENTION_* variables or flags', async () => {

@@ -42,9 +42,10 @@ export class CliProcess {
   readonly exited: Promise<CliResult>;
   private readonly child: ChildProcess;
 
-  constructor(args: readonly string[], env: NodeJS.ProcessEnv, input = '') {
+  /** `command` is the bin by default; `runPrinted` runs a shell instead. */
+  constructor(args: readonly string[], env: NodeJS.ProcessEnv, input = '', command: readonly string[] = [process.execPath, CLI]) {
     const started = Date.now();
-    this.child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.child = spawn(command[0], [...command.slice(1), ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     alive.add(this.child);
     this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (this.stdout += chunk));
     this.child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
@@ -78,6 +79,16 @@ export function runCli(args: readonly string[], env: NodeJS.ProcessEnv, input = 
   return new CliProcess(args, env, input).exited;
 }
 
+/**
+ * Runs a command line the CLI printed for the operator (`eventrail ...`,
+ * quoted for a shell) as an operator would paste it: through /bin/sh, with
+ * `eventrail` standing for the built bin.
+ */
+export function runPrinted(commandLine: string, env: NodeJS.ProcessEnv): Promise<CliResult> {
+  const script = `eventrail() { "$CLI_TEST_NODE" "$CLI_TEST_BIN" "$@"; }\n${commandLine}`;
+  return new CliProcess(['-c', script], { ...env, CLI_TEST_NODE: process.execPath, CLI_TEST_BIN: CLI }, '', ['/bin/sh']).exited;
+}
+
 export function killAll(): void {
   alive.forEach((child) => child.kill('SIGKILL'));
   alive.clear();
@@ -95,4 +106,16 @@ export function parseJson<T>(result: CliResult): T {
 /** Exit code with the output attached, so a failed expectation shows why. */
 export function outcome(result: CliResult): { code: number | null; stderr: string } {
   return { code: result.code, stderr: result.stderr };
+}
+
+/** What a hostile producer could put in a payload: retitle the terminal, clear it, CSI in C1, a forged line, DEL. */
+export const HOSTILE = '\u001b]0;pwned\u0007\u001b[2J\u009b31m\r\nforged\u007f';
+/** HOSTILE as the human output shows it. */
+export const HOSTILE_SHOWN = '\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\\nforged\\x7f';
+/** Any control character but a line break. */
+// eslint-disable-next-line no-control-regex
+export const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+
+export function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }

@@ -4,7 +4,7 @@ import type { CliRunner } from '../cli.runner';
 import { assertConfirmable, confirm } from '../confirm.prompt';
 import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
 import { CONFIRMATION_NOTE, examples } from '../help.text';
-import { formatDuration } from '../value.format';
+import { formatDuration, formatList } from '../value.format';
 
 export function registerPruneStaleCommand(program: Command, runner: CliRunner): void {
   program
@@ -27,7 +27,7 @@ export function registerPruneStaleCommand(program: Command, runner: CliRunner): 
           throw new ConfirmationDeclinedError('prune stale groups');
         const pruned = await admin.pruneStaleGroups(staleMs === undefined ? {} : { staleMs });
         ctx.output.result({ pruned }, () =>
-          pruned.length === 0 ? 'No stale groups.' : `Removed ${pruned.length} stale group(s): ${pruned.join(', ')}`,
+          pruned.length === 0 ? 'No stale groups.' : `Removed ${pruned.length} stale group(s): ${formatList(pruned)}`,
         );
       }),
     );

@@ -7,7 +7,7 @@ import type { CliRunner } from '../cli.runner';
 import { ExitCode } from '../exit-code';
 import { examples } from '../help.text';
 import { formatTable } from '../table.formatter';
-import { NONE } from '../value.format';
+import { formatList, NONE } from '../value.format';
 
 const ENV_NOTE =
   '\nRetention options come from the RETENTION_* variables of retentionOptionsFromEnv() (RETENTION_STREAM_MAX_LEN,\n' +
@@ -85,8 +85,8 @@ function renderRun(result: RetentionRunResult): string {
       { header: 'error', value: (p) => p.error ?? NONE },
     ]),
   ];
-  if (result.staleGroups.length > 0) sections.push(`Stale groups (no longer holding the log back): ${result.staleGroups.join(', ')}`);
+  if (result.staleGroups.length > 0) sections.push(`Stale groups (no longer holding the log back): ${formatList(result.staleGroups)}`);
   if (result.deadLetters.length > 0)
-    sections.push(`Dead letters trimmed: ${result.deadLetters.map((d) => `${d.group} ${d.trimmed}`).join(', ')}`);
+    sections.push(`Dead letters trimmed: ${formatList(result.deadLetters.map((d) => `${d.group} ${d.trimmed}`))}`);
   return sections.join('\n\n');
 }

@@ -3,7 +3,8 @@ import type { LogEntry } from '../../admin/admin.types';
 import type { CliRunner } from '../cli.runner';
 import { CliUsageError } from '../errors/cli-usage.error';
 import { examples } from '../help.text';
-import { formatData, formatDate } from '../value.format';
+import { escapeControls } from '../terminal.escape';
+import { formatData, formatDate, formatList } from '../value.format';
 
 export function registerTailCommand(program: Command, runner: CliRunner): void {
   program
@@ -27,7 +28,7 @@ export function registerTailCommand(program: Command, runner: CliRunner): void {
         process.once('SIGINT', stop);
         process.once('SIGTERM', stop);
         try {
-          const filter = events ? `events ${events.join(', ')}` : 'every event';
+          const filter = events ? `events ${formatList(events)}` : 'every event';
           // Printed once each partition's end is known: from then on no appended entry is missed. Tests wait for it.
           const onListening = (): void =>
             ctx.output.notice(`Tailing "${session.prefix}" (${session.partitions} partition(s), ${filter}); Ctrl-C to stop`);
@@ -57,7 +58,12 @@ async function selectedEvents(
   return events;
 }
 
+/** One entry, one line: a line break in a key or an event name is escaped, so it cannot forge another entry. */
 function renderEntry(entry: LogEntry): string {
+  return escapeControls(entryLine(entry));
+}
+
+function entryLine(entry: LogEntry): string {
   const where = `p${entry.partition}  ${entry.offset}`;
   if (entry.malformed !== null)
     return `${formatDate(entry.publishedAt)}  ${where}  MALFORMED (${entry.malformed})  ${formatData(entry.fields ?? entry.data)}`;
