@@ -263,7 +263,8 @@ export class EventrailAdmin {
 
   /**
    * Entries appended to any partition from now on, as they come, until
-   * `signal` aborts or the loop breaks. Waits in `XREAD BLOCK`: idle costs nothing.
+   * `signal` aborts or the loop breaks (which stops it at once). Waits in
+   * `XREAD BLOCK` on connections of its own: idle, it sends one read per 10 s.
    */
   follow(options: FollowOptions = {}): AsyncIterableIterator<LogEntry> {
     return this.log.follow(options);

@@ -1,4 +1,4 @@
-import { Injectable, Body, Delete, Get, HttpCode, Inject, NotFoundException, Options, Param, Post, Query } from '@nestjs/common';
+import { Body, Delete, Get, HttpCode, Inject, Injectable, NotFoundException, Options, Param, Post, Query } from '@nestjs/common';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import type { GroupStatus, LogEntry, LogPage, NodeStatus, PartitionLogStats } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';

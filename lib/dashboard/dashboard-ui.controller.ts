@@ -1,4 +1,4 @@
-import { Injectable, Get, Header, Param, Req, StreamableFile } from '@nestjs/common';
+import { Get, Header, Injectable, Param, Req, StreamableFile } from '@nestjs/common';
 import { DashboardAssets } from './dashboard-assets';
 
 /** Scripts, styles and API calls from the dashboard's own origin only; nothing inline, no framing. */
