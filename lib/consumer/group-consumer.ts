@@ -281,7 +281,10 @@ export class GroupConsumer {
     // Wait for its stop to finish (commit, release) before the slot counts as free.
     void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
       if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
-      if (!worker.wasLost) return;
+      if (!worker.wasLost) {
+        this.metrics.emit('onLeaseReleased', this.name, worker.partition);
+        return;
+      }
       this.metrics.emit('onLeaseLost', this.name, worker.partition);
       if (this.running) void this.rebalance().catch(() => undefined);
     });

@@ -19,6 +19,8 @@ export interface EventrailMetrics {
   onLag?(group: string, partition: number, lag: number): void;
   onLeaseAcquired?(group: string, partition: number): void;
   onLeaseLost?(group: string, partition: number): void;
+  /** This process handed a partition back (rebalance, shutdown) and no longer works it. */
+  onLeaseReleased?(group: string, partition: number): void;
   /** An entry was passed over: already done (idempotency) or no handler for its event in this group. */
   onMessageSkipped?(group: string, reason: SkipReason, offset: string): void;
 }

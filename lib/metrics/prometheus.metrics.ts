@@ -29,7 +29,7 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
   const errors = counter('handler_errors_total', 'Failed handler attempts (retried or not)', ['group', 'event']);
   const deadLettered = counter('messages_dead_lettered_total', 'Messages written to the dead-letter stream', ['group', 'event']);
   const skipped = counter('messages_skipped_total', 'Entries passed over without a handler call', ['group', 'reason']);
-  const leases = counter('lease_changes_total', 'Partition leases taken and lost by this process', ['group', 'change']);
+  const leases = counter('lease_changes_total', 'Partition leases taken, lost and handed back by this process', ['group', 'change']);
   const duration = reuse(
     'handler_duration_seconds',
     (config) =>
@@ -56,6 +56,14 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     onMessageSkipped: (group, reason) => skipped.inc({ group, reason }),
     onLag: (group, partition, value) => lag.set({ group, partition: String(partition) }, value),
     onLeaseAcquired: (group) => leases.inc({ group, change: 'acquired' }),
-    onLeaseLost: (group) => leases.inc({ group, change: 'lost' }),
+    // A partition this process no longer works has no lag of its own here: its last sample would go stale.
+    onLeaseLost: (group, partition) => {
+      leases.inc({ group, change: 'lost' });
+      lag.remove({ group, partition: String(partition) });
+    },
+    onLeaseReleased: (group, partition) => {
+      leases.inc({ group, change: 'released' });
+      lag.remove({ group, partition: String(partition) });
+    },
   };
 }

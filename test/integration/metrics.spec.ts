@@ -50,6 +50,7 @@ describe('metrics hooks', () => {
       onLag: record('lag'),
       onLeaseAcquired: record('acquired'),
       onLeaseLost: record('lost'),
+      onLeaseReleased: record('released'),
     };
     app = await createApp({ prefix, metrics }, [Shipping]);
     const publisher = app.get(EventrailPublisher);
@@ -95,5 +96,13 @@ describe('metrics hooks', () => {
     // A second adapter on the same registry (a second app in one process) reuses the metrics.
     expect(() => createPrometheusMetrics({ registry }).onMessageProcessed?.('shipping', 'order.paid', 1)).not.toThrow();
     expect(await registry.metrics()).toContain('eventrail_messages_processed_total{group="shipping",event="order.paid"} 2');
+
+    // Handed back at shutdown: the lag series of the partition goes, so no stale sample stays exported.
+    await waitFor(async () => (await registry.metrics()).includes('eventrail_lag{group="shipping",partition="0"} 0'), 'lag sampled');
+    await app.close();
+    app = undefined;
+    const after = await registry.metrics();
+    expect(after).not.toContain('eventrail_lag{group="shipping"');
+    expect(after).toContain('eventrail_lease_changes_total{group="shipping",change="released"} 1');
   });
 });
