@@ -13,7 +13,7 @@ export interface PartitionStatus {
   partition: number;
   /** Committed offset, or null before the group first read the partition. */
   committed: string | null;
-  /** Entries after the committed offset, counted up to `LAG_COUNT_CAP`. */
+  /** Entries after the committed offset; exact unless both sides of it hold more than `LAG_COUNT_CAP` entries. */
   lag: number;
   /** True when there are more than `lag` entries (the count stopped at the cap). */
   lagCapped: boolean;

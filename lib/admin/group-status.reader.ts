@@ -32,25 +32,27 @@ export class GroupStatusReader {
     const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
     const members = this.members(value(1) as string[], value(2) as Record<string, string>, now);
 
-    const partitionStatus: PartitionStatus[] = [];
-    for (let p = 0; p < partitions; p++) {
-      const base = 6 + p * 4;
-      const committed = value(base) as string | null;
-      const lease = value(base + 1) as string | null;
-      const ttl = value(base + 2) as number;
-      const last = value(base + 3) as Array<[string, string[]]>;
-      const lastId = last[0]?.[0] ?? null;
-      const { lag, capped } =
-        lastId === null || lastId === committed ? { lag: 0, capped: false } : await countEntriesAfter(this.redis, p, committed ?? '0-0');
-      partitionStatus.push({
-        partition: p,
-        committed,
-        lag,
-        lagCapped: capped,
-        leaseOwner: lease ? lease.slice(0, lease.lastIndexOf(':')) : null,
-        leaseExpiresInMs: lease && ttl >= 0 ? ttl : null,
-      });
-    }
+    // Lag is counted only where there is some, every partition at once.
+    const partitionStatus: PartitionStatus[] = await Promise.all(
+      Array.from({ length: partitions }, async (_, p) => {
+        const base = 6 + p * 4;
+        const committed = value(base) as string | null;
+        const lease = value(base + 1) as string | null;
+        const ttl = value(base + 2) as number;
+        const last = value(base + 3) as Array<[string, string[]]>;
+        const lastId = last[0]?.[0] ?? null;
+        const { lag, capped } =
+          lastId === null || lastId === committed ? { lag: 0, capped: false } : await countEntriesAfter(this.redis, p, committed ?? '0-0');
+        return {
+          partition: p,
+          committed,
+          lag,
+          lagCapped: capped,
+          leaseOwner: lease ? lease.slice(0, lease.lastIndexOf(':')) : null,
+          leaseExpiresInMs: lease && ttl >= 0 ? ttl : null,
+        };
+      }),
+    );
     const seen = value(3) as string | null;
     return {
       name: group,

@@ -168,7 +168,7 @@ export class GroupConsumer {
     }
   }
 
-  /** Reports the lag of the partitions this process works (counted up to `LAG_COUNT_CAP`). */
+  /** Reports the lag of the partitions this process works (see `countEntriesAfter` for when it is exact). */
   private async sampleLag(): Promise<void> {
     const owned = [...this.workers.values()].filter((w) => w.active);
     const lags = await Promise.all(owned.map((w) => countEntriesAfter(this.redis, w.partition, w.committedOffset)));

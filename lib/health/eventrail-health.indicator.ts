@@ -13,8 +13,9 @@ export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
 export interface EventrailHealthOptions {
   /**
    * Most entries a group may have after its committed offsets (summed over its
-   * partitions); more and the check is `down`. Lag is counted up to
-   * `LAG_COUNT_CAP` per partition, so keep the limit below it.
+   * partitions); more and the check is `down`. Lag is a lower bound when a
+   * partition holds more than `LAG_COUNT_CAP` entries on both sides of its
+   * offset, so keep the limit below it.
    * @default no limit
    */
   maxLag?: number;

@@ -27,9 +27,9 @@ export interface GroupHealth {
   ownedHere: number[];
   /** Partitions with no lease, or a lease held by a worker that is not a live member. */
   unowned: number[];
-  /** Entries after the committed offsets, summed over partitions (each counted up to `LAG_COUNT_CAP`). */
+  /** Entries after the committed offsets, summed over partitions (see `PartitionStatus.lag` for when it is exact). */
   lag: number;
-  /** True when some partition has more than `LAG_COUNT_CAP` entries of lag, so `lag` is a lower bound. */
+  /** True when some partition holds more than `LAG_COUNT_CAP` entries on both sides of its offset, so `lag` is a lower bound. */
   lagCapped: boolean;
   deadLetters: number;
   /** Why the group is down, one sentence each; empty when up. */

@@ -118,16 +118,23 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
 
   it('shows a lag past the count cap as 10000+', async () => {
     const app = await start([]);
-    await app.get(EventrailPublisher).publishMany(Array.from({ length: 10_001 }, (_, n) => ({ event: 'bulk.item', data: { n } })));
-    // A group whose workers are gone: registered, never consumed.
-    await redis.sadd(`${prefix}:groups`, 'ghost');
+    const published = await app
+      .get(EventrailPublisher)
+      .publishMany(Array.from({ length: 20_002 }, (_, n) => ({ event: 'bulk.item', data: { n }, partition: 0 })));
+    // Groups whose workers are gone: one never consumed (its lag is the length, exact), one stopped
+    // with more than the cap on both sides of its offset (capped).
+    await redis.sadd(`${prefix}:groups`, 'ghost', 'stalled');
+    await redis.set(`{${prefix}:0}:offset:stalled`, published[10_000].offset);
 
     const [table, json] = await Promise.all([runCli(['groups'], cliEnv(prefix)), runCli(['groups', '--json'], cliEnv(prefix))]);
     expect(outcome(table)).toEqual({ code: 0, stderr: '' });
-    expect(table.stdout).toMatch(/^ghost\s+0\s+10000\+\s+0\s+-/m);
-    const [ghost] = parseJson<GroupStatus[]>(json);
-    expect(ghost).toMatchObject({ name: 'ghost', lag: 10_000 });
-    expect(ghost.partitions[0]).toMatchObject({ lag: 10_000, lagCapped: true });
+    expect(table.stdout).toMatch(/^ghost\s+0\s+20002\s+0\s+-/m);
+    expect(table.stdout).toMatch(/^stalled\s+0\s+10000\+\s+0\s+-/m);
+    const [ghost, stalled] = parseJson<GroupStatus[]>(json);
+    expect(ghost).toMatchObject({ name: 'ghost', lag: 20_002 });
+    expect(ghost.partitions[0]).toMatchObject({ lag: 20_002, lagCapped: false });
+    expect(stalled).toMatchObject({ name: 'stalled', lag: 10_000 });
+    expect(stalled.partitions[0]).toMatchObject({ lag: 10_000, lagCapped: true });
   });
 
   it('fails with exit code 1 on an unknown group, a prefix without a log, and an unreachable Redis', async () => {
