@@ -314,7 +314,7 @@ suite('dashboard in a real browser', () => {
 
     await page.getByTestId('purge-all').click();
     await dialog.waitFor({ state: 'visible' });
-    await expect(page.locator('#confirm-message').textContent()).resolves.toContain('Delete all 1 dead letters of group "billing"');
+    await expect(page.locator('#confirm-message').textContent()).resolves.toContain('Delete the 1 dead letter of group "billing"');
     await page.getByTestId('confirm-ok').click();
     await page.getByTestId('toast').filter({ hasText: 'Purged 1' }).waitFor();
     await page.getByTestId('dlq-total').filter({ hasText: /^0$/ }).waitFor();

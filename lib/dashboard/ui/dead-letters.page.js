@@ -21,13 +21,14 @@ export function deadLettersPage(group, { readOnly, refreshAll }) {
   let loaded = false;
 
   const totalEl = h('strong', { testid: 'dlq-total' }, '…');
+  const totalLabel = h('span', {}, ' dead letters');
   const replaySelected = readOnly
     ? null
     : button('Replay selected', () => replay([...selected]), { testid: 'replay-selected', disabled: true });
   const toolbar = h(
     'div',
     { class: 'toolbar' },
-    h('span', { class: 'toolbar-text' }, totalEl, ' dead letters'),
+    h('span', { class: 'toolbar-text' }, totalEl, totalLabel),
     h('span', { class: 'spacer' }),
     readOnly
       ? null
@@ -52,6 +53,7 @@ export function deadLettersPage(group, { readOnly, refreshAll }) {
 
   function render() {
     totalEl.textContent = num(total);
+    totalLabel.textContent = total === 1 ? ' dead letter' : ' dead letters';
     const ids = new Set(items.map((d) => d.id));
     for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
     if (replaySelected) {
@@ -175,7 +177,7 @@ export function deadLettersPage(group, { readOnly, refreshAll }) {
   function purge() {
     return act({
       title: 'Purge all dead letters',
-      message: `Delete all ${num(total)} dead letters of group "${group}"? They cannot be replayed afterwards.`,
+      message: `${total === 1 ? 'Delete the 1 dead letter' : `Delete all ${num(total)} dead letters`} of group "${group}"? They cannot be replayed afterwards.`,
       confirmLabel: 'Purge',
       run: () => api(`groups/${enc(group)}/dead-letters`, { method: 'DELETE' }),
       done: (result) => `Purged ${num(result.purged)}`,
