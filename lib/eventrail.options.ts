@@ -239,7 +239,8 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     }
   }
   if (typeof redis === 'string' && !/^rediss?:\/\//.test(redis)) {
-    throw new InvalidOptionError('redis', redis, 'a URL starting with redis:// or rediss://');
+    // The value goes into logs: never its credentials.
+    throw new InvalidOptionError('redis', redis.replace(/\/\/[^/]*@/, '//***@'), 'a URL starting with redis:// or rediss://');
   }
   const partitions = options.partitions ?? 1;
   checkInteger('partitions', partitions, 1, MAX_PARTITIONS);

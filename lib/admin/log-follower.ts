@@ -28,7 +28,9 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
   private readonly connections: Array<Redis | Cluster> = [];
   private readonly loops: Array<Promise<void>> = [];
   private waitingReaders: Array<() => void> = [];
-  private wakeConsumer?: () => void;
+  private waitingConsumers: Array<() => void> = [];
+  /** Ends the reads in flight on stop: one queued on a connection that is down would otherwise never settle. */
+  private readonly cancels = new Set<() => void>();
   private started?: Promise<void>;
   private running = 0;
   private stopped = false;
@@ -39,7 +41,7 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
     private readonly options: FollowOptions,
   ) {
     this.wanted = options.events && options.events.length > 0 ? new Set(options.events) : null;
-    if (options.signal?.aborted) this.stopped = true;
+    if (options.signal?.aborted) this.stop();
     else options.signal?.addEventListener('abort', this.stop, { once: true });
   }
 
@@ -49,7 +51,12 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
 
   async next(): Promise<IteratorResult<LogEntry>> {
     this.started ??= this.start();
-    await this.started;
+    try {
+      await this.started;
+    } catch (error) {
+      await this.close();
+      throw error;
+    }
     for (;;) {
       const entry = this.queue.shift();
       if (entry) {
@@ -65,8 +72,7 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
         await this.close();
         return { value: undefined, done: true };
       }
-      await new Promise<void>((resolve) => (this.wakeConsumer = resolve));
-      this.wakeConsumer = undefined;
+      await new Promise<void>((resolve) => this.waitingConsumers.push(resolve));
     }
   }
 
@@ -93,7 +99,7 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
         })
         .finally(() => {
           this.running--;
-          this.wakeConsumer?.();
+          this.wakeConsumers();
         });
       this.loops.push(loop);
     }
@@ -108,7 +114,11 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
         continue;
       }
       const ids = partitions.map((p) => lastIds[p]);
-      const reply = (await connection.xread('COUNT', READ_COUNT, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids)) as XReadReply;
+      // Each stream may return COUNT entries: share the room left under the high-water mark between them.
+      const count = Math.min(READ_COUNT, Math.max(1, Math.floor((HIGH_WATER - this.queue.length) / streams.length)));
+      const read = connection.xread('COUNT', count, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids) as Promise<XReadReply>;
+      const reply = await this.unlessStopped(read);
+      if (this.stopped) return;
       for (const [stream, entries] of reply ?? []) {
         const partition = byStream.get(stream) as number;
         for (const [offset, fields] of entries) {
@@ -117,15 +127,17 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
         }
         if (entries.length > 0) lastIds[partition] = entries[entries.length - 1][0];
       }
-      this.wakeConsumer?.();
+      this.wakeConsumers();
     }
   }
 
   private readonly stop = (): void => {
     this.stopped = true;
+    for (const cancel of this.cancels) cancel();
+    this.cancels.clear();
     for (const connection of this.connections) connection.disconnect();
     this.releaseReaders();
-    this.wakeConsumer?.();
+    this.wakeConsumers();
   };
 
   private async close(): Promise<void> {
@@ -133,6 +145,21 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
     this.stop();
     this.queue.length = 0;
     await Promise.all(this.loops);
+  }
+
+  /** `read`'s outcome, or null at once when the follower stops first. */
+  private unlessStopped(read: Promise<XReadReply>): Promise<XReadReply> {
+    return new Promise<XReadReply>((resolve, reject) => {
+      const cancel = (): void => resolve(null);
+      this.cancels.add(cancel);
+      read.then(resolve, reject).finally(() => this.cancels.delete(cancel));
+    });
+  }
+
+  private wakeConsumers(): void {
+    const waiting = this.waitingConsumers;
+    this.waitingConsumers = [];
+    for (const resolve of waiting) resolve();
   }
 
   private releaseReaders(): void {

@@ -172,7 +172,10 @@ export class GroupConsumer {
   private async sampleLag(): Promise<void> {
     const owned = [...this.workers.values()].filter((w) => w.active);
     const lags = await Promise.all(owned.map((w) => countEntriesAfter(this.redis, w.partition, w.committedOffset)));
-    owned.forEach((w, i) => this.metrics.emit('onLag', this.name, w.partition, lags[i].lag));
+    // Only partitions still worked here: a sample of one released or lost meanwhile would bring back its removed series.
+    owned.forEach((w, i) => {
+      if (this.workers.get(w.partition) === w && w.active) this.metrics.emit('onLag', this.name, w.partition, lags[i].lag);
+    });
   }
 
   /** One rebalance at a time; a request during one runs once more afterwards. */

@@ -36,16 +36,31 @@ export async function countEntriesAfter(
   await readPage(redis, stream, forward, '+', cap);
   if (forward.done) return { lag: forward.count, capped: false };
 
-  const backward: Side = { count: 0, from: '-', done: false };
-  const length = redis.client.xlen(stream);
-  length.catch(() => undefined); // awaited below, or not needed when the forward count ends first
-  while (forward.count < cap || backward.count < cap) {
-    await Promise.all([readPage(redis, stream, forward, '+', cap), readPage(redis, stream, backward, after, cap)]);
-    if (forward.done) return { lag: forward.count, capped: false };
-    if (backward.done) return { lag: Math.max(0, (await length) - backward.count), capped: false };
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const backward: Side = { count: 0, from: '-', done: false };
+    // The length and the first entry together: a trim during the count changes the first entry.
+    const snapshot = lengthAndFirst(redis, stream);
+    snapshot.catch(() => undefined); // awaited below, or not needed when the forward count ends first
+    while (forward.count < cap || backward.count < cap) {
+      await Promise.all([readPage(redis, stream, forward, '+', cap), readPage(redis, stream, backward, after, cap)]);
+      if (forward.done) return { lag: forward.count, capped: false };
+      if (backward.done) break;
+    }
+    const { length, first } = await snapshot;
+    if (!backward.done) return { lag: forward.count, capped: true };
+    // Counted against the same history as the length: exact. Else retention trimmed meanwhile; count again.
+    if ((await lengthAndFirst(redis, stream)).first === first) return { lag: Math.max(0, length - backward.count), capped: false };
   }
-  await length;
   return { lag: forward.count, capped: true };
+}
+
+async function lengthAndFirst(redis: EventrailRedis, stream: string): Promise<{ length: number; first: string | null }> {
+  const replies = await redis.client.multi().xlen(stream).xrange(stream, '-', '+', 'COUNT', 1).exec();
+  const [lengthReply, firstReply] = replies ?? [];
+  if (!lengthReply || lengthReply[0] || !firstReply || firstReply[0])
+    throw lengthReply?.[0] ?? firstReply?.[0] ?? new Error('MULTI aborted');
+  const entries = firstReply[1] as Array<[string, string[]]>;
+  return { length: lengthReply[1] as number, first: entries[0]?.[0] ?? null };
 }
 
 /** Counts one more page of a side, up to `cap`; `done` once the range has no more entries. */

@@ -4,6 +4,7 @@ import { EventrailAdmin, EventrailMessage, EventrailPublisher, InvalidOptionErro
 import { readLogPartitions } from '../../lib/log/log-meta';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { startRedisServer } from '../support/redis-server';
 
 const handled: number[] = [];
 let failing = true;
@@ -133,6 +134,26 @@ describe('EventrailAdmin: reading the log, following it, dead letters one by one
     await tail.return!();
     await expect(pending).resolves.toEqual({ value: undefined, done: true });
     await expect(tail.next()).resolves.toEqual({ value: undefined, done: true });
+  });
+
+  it('stops following at once even while Redis is down and a read is queued', async () => {
+    const server = await startRedisServer();
+    const own = await createApp({ prefix, partitions: 2, redis: server.url });
+    try {
+      let listening = false;
+      const tail = own.get(EventrailAdmin).follow({ onListening: () => (listening = true) });
+      const pending = tail.next();
+      await waitFor(() => listening, 'the tail to start');
+      await server.stop(); // SIGKILL: the blocked read now waits on a reconnecting connection
+      await waitFor(() => own.get(EventrailAdmin).connectionStatus() === 'reconnecting', 'the client to notice');
+      let returned = false;
+      void tail.return!().then(() => (returned = true));
+      await waitFor(() => returned, 'return() to settle while Redis is down', 5_000);
+      await expect(pending).resolves.toEqual({ value: undefined, done: true });
+    } finally {
+      await own.close();
+      await server.stop();
+    }
   });
 
   it('finds one dead letter, lists newest first, counts, and reports replay progress', async () => {
