@@ -239,8 +239,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     }
   }
   if (typeof redis === 'string' && !/^rediss?:\/\//.test(redis)) {
-    // The value goes into logs: never its credentials.
-    throw new InvalidOptionError('redis', redis.replace(/\/\/[^/]*@/, '//***@'), 'a URL starting with redis:// or rediss://');
+    throw new InvalidOptionError('redis', withoutCredentials(redis), 'a URL starting with redis:// or rediss://');
   }
   const partitions = options.partitions ?? 1;
   checkInteger('partitions', partitions, 1, MAX_PARTITIONS);
@@ -353,6 +352,14 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
     default:
       throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
   }
+}
+
+/** A malformed Redis URL as it may be shown in an error (errors go into logs): everything before its last `@` hidden. */
+function withoutCredentials(url: string): string {
+  const at = url.lastIndexOf('@');
+  if (at < 0) return url;
+  const scheme = /^[a-z][\w+.-]*:\/*/i.exec(url)?.[0] ?? '';
+  return `${scheme}***${url.slice(at)}`;
 }
 
 export function isClusterConnection(value: unknown): value is ClusterConnection {
