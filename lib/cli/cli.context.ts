@@ -1,7 +1,7 @@
 import { parseClusterEnv } from './argument.parser';
 import { CliOutput } from './cli.output';
 import { CliSession, type SessionOptions } from './cli.session';
-import { formatCommandLine, type PrintedCommand } from './command-line.format';
+import { type CommandWords, formatCommandLine, type PrintedCommand } from './command-line.format';
 import { ProgressReporter } from './progress.reporter';
 
 /** The global flags, as commander parses them. */
@@ -31,9 +31,9 @@ export class CliContext {
     this.output = new CliOutput(globals.json === true);
   }
 
-  /** `eventrail <args>` with this run's global flags, for a notice saying what to run next. */
-  commandLine(args: readonly string[]): PrintedCommand {
-    return formatCommandLine(this.typedGlobals, args);
+  /** `eventrail <command>` with this run's global flags, for a notice saying what to run next. */
+  commandLine(words: CommandWords): PrintedCommand {
+    return formatCommandLine(this.typedGlobals, words);
   }
 
   /** Connects to the log; fails when none exists at the prefix unless `createLog`. */

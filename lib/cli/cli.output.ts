@@ -1,5 +1,6 @@
 import { describeError } from './exit-code';
 import { escapeControls, escapeJsonControls } from './terminal.escape';
+import { redactUrlsIn } from './value.format';
 
 /**
  * Everything the CLI prints. Results go to stdout: one JSON document with
@@ -10,6 +11,7 @@ import { escapeControls, escapeJsonControls } from './terminal.escape';
  * inert for a terminal: human text has its control characters escaped (line
  * breaks kept; renderings escape the line breaks of single-line values
  * themselves), JSON has DEL and C1 escaped as well (JSON.stringify escapes C0).
+ * Error messages also lose the passwords of URLs they quote.
  */
 export class CliOutput {
   constructor(readonly json: boolean) {}
@@ -37,7 +39,7 @@ export class CliOutput {
 
   /** One line on stderr; with `--json` also `{ "error": { name, message } }` on stdout for scripts. */
   error(error: unknown): void {
-    const message = describeError(error);
+    const message = redactUrlsIn(describeError(error));
     process.stderr.write(`eventrail: ${escapeControls(message, true)}\n`);
     if (this.json) {
       const name = error instanceof Error ? error.name : 'Error';

@@ -17,10 +17,13 @@ interface Seed {
   password?: string;
 }
 
+// A comma ends a URL only where another URL (a scheme) or the end follows: a password may hold commas (`redis://:a,b@host`).
+const SEED_SEPARATOR = /,(?=[\s,]*(?:[a-z][a-z\d+.-]*:\/\/|$))/i;
+
 /** The URLs of a comma-separated list, blanks around them and empty items (a trailing comma) left out. */
 export function splitSeeds(list: string): string[] {
   return list
-    .split(',')
+    .split(SEED_SEPARATOR)
     .map((url) => url.trim())
     .filter((url) => url !== '');
 }

@@ -3,6 +3,7 @@ import { createProgram } from './cli.program';
 import { CliRunner } from './cli.runner';
 import { ExitCode } from './exit-code';
 import { escapeControls } from './terminal.escape';
+import { redactUrlsIn } from './value.format';
 
 // `eventrail tail | head`: once the reader is gone there is nobody left to print for; end quietly, not with an EPIPE stack.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
@@ -17,9 +18,8 @@ async function main(): Promise<void> {
     const runner = new CliRunner();
     code = await runner.run(createProgram(runner), process.argv.slice(2));
   } catch (error) {
-    process.stderr.write(
-      `eventrail: unexpected failure: ${escapeControls(error instanceof Error ? (error.stack ?? error.message) : String(error), true)}\n`,
-    );
+    const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
+    process.stderr.write(`eventrail: unexpected failure: ${escapeControls(redactUrlsIn(text), true)}\n`);
     code = ExitCode.Failed;
   }
   // Exit explicitly once the output is flushed: a reconnecting socket or a library timer must not keep a finished command alive.

@@ -3,7 +3,7 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
 import { CliUsageError } from './errors/cli-usage.error';
 import { escapeControls } from './terminal.escape';
-import { redactUrl } from './value.format';
+import { redactUrl, redactUrlsIn } from './value.format';
 
 /** Where the CLI connects. */
 export interface RedisTarget {
@@ -35,7 +35,7 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
   let lastError: Error | undefined;
   client.on('error', (error: Error) => {
     lastError = error;
-    if (verbose) process.stderr.write(`Redis connection error: ${escapeControls(error.message)}\n`);
+    if (verbose) process.stderr.write(`Redis connection error: ${escapeControls(redactUrlsIn(error.message))}\n`);
   });
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -83,6 +83,9 @@ function createRedis(url: string, timeoutMs: number): Redis {
     throw new CliUsageError(
       `The Redis URL lists several nodes (${describeTarget({ url, cluster: true })}): pass --cluster (or EVENTRAIL_REDIS_CLUSTER=1) for Redis Cluster`,
     );
+  // ioredis would throw a bare "Invalid URL"; this one says which, without its password.
+  if (!URL.canParse(url))
+    throw new CliUsageError(`Invalid Redis URL "${redactUrl(url)}": expected redis://[user:password@]host[:port][/db] or rediss://...`);
   return new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: MAX_RETRIES_PER_REQUEST });
 }
 

@@ -1,9 +1,11 @@
 import type { LoggerService, LogLevel } from '@nestjs/common';
 import { escapeControls } from './terminal.escape';
+import { redactUrlsIn } from './value.format';
 
 /**
  * Nest logger for `--verbose`: everything goes to stderr, so stdout keeps
  * only the command's output (a `--json` document must stay parseable).
+ * A URL quoted by a library message is shown without its password.
  */
 export class StderrLogger implements LoggerService {
   log(message: unknown, ...rest: unknown[]): void {
@@ -31,7 +33,7 @@ export class StderrLogger implements LoggerService {
     const text =
       message instanceof Error ? (message.stack ?? message.message) : typeof message === 'string' ? message : JSON.stringify(message);
     process.stderr.write(
-      `[${new Date().toISOString()}] ${level.toUpperCase().padEnd(7)} ${context ? `${context}: ` : ''}${escapeControls(text, true)}\n`,
+      `[${new Date().toISOString()}] ${level.toUpperCase().padEnd(7)} ${context ? `${context}: ` : ''}${escapeControls(redactUrlsIn(text), true)}\n`,
     );
   }
 }

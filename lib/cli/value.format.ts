@@ -62,13 +62,43 @@ export function formatPartitions(partitions: readonly number[]): string {
   return ranges.join(',') || NONE;
 }
 
-/** A Redis URL without its password, for messages. */
+// The password of `scheme://user:password@host`, in any text: up to the last `@` before the host, as URL parsing
+// reads it (so a password may hold `@` and `,`). Not `redis://[user:password@]host`, a usage hint. `?password=`
+// is read by ioredis too.
+const PASSWORD_IN_TEXT = /\b([a-z][a-z\d+.-]*:\/\/[^\s/?#:[\]]*:)[^\s/?#]*@/gi;
+const PASSWORD_PARAM = /([?&]password=)[^&#\s"']*/gi;
+
+/**
+ * A Redis URL without its password, for messages. A URL that does not parse
+ * loses everything from `//` to its last `@`, the password among it.
+ */
 export function redactUrl(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return url.replace(/\/\/.*@/, '//***@').replace(PASSWORD_PARAM, '$1***');
+  }
+  if (parsed.password) parsed.password = '***';
+  if (parsed.searchParams.has('password')) parsed.searchParams.set('password', '***');
+  return parsed.toString().replace(/\/$/, '');
+}
+
+/** Whether `redactUrl` hides something in `url`. */
+export function hasPassword(url: string): boolean {
   try {
     const parsed = new URL(url);
-    if (parsed.password) parsed.password = '***';
-    return parsed.toString().replace(/\/$/, '');
+    return parsed.password !== '' || parsed.searchParams.has('password');
   } catch {
-    return url.replace(/\/\/[^@/]*@/, '//***@');
+    return /\/\/.*@|[?&]password=/i.test(url);
   }
+}
+
+/**
+ * `text` with the password of every URL in it shown as `***`: the last guard
+ * of error messages and logs, which may quote a URL the CLI did not redact
+ * (a library message, a mistyped command echoed by the parser).
+ */
+export function redactUrlsIn(text: string): string {
+  return text.replace(PASSWORD_IN_TEXT, '$1***@').replace(PASSWORD_PARAM, '$1***');
 }

@@ -5,6 +5,7 @@ import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import {
   assertBuilt,
+  BIDI_SHOWN,
   cliEnv,
   escapeRegExp,
   HOSTILE,
@@ -187,13 +188,13 @@ describe('eventrail CLI: dead letters', () => {
 
     expect(show.stdout).toMatch(new RegExp(`^Key:\\s+k-${escapeRegExp(HOSTILE_SHOWN)}$`, 'm'));
     expect(show.stdout).toMatch(new RegExp(`^Error:\\s+NonRetryableError: invoice 9 is invalid: ${escapeRegExp(HOSTILE_SHOWN)}$`, 'm'));
-    // Data and headers are JSON: C0 escaped by JSON, C1 and DEL by the CLI.
-    const inJson = '\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f';
+    // Data and headers are JSON: C0 escaped by JSON, the rest by the CLI.
+    const inJson = `\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f${BIDI_SHOWN}`;
     expect(show.stdout).toContain(`"note": "${inJson}"`);
     expect(show.stdout).toContain(`"trace": "${inJson}"`);
     // The stack keeps its line breaks, escaping the rest.
     expect(show.stdout).toContain(
-      'Stack:\n  NonRetryableError: invoice 9 is invalid: \\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\n  forged\\x7f\n',
+      `Stack:\n  NonRetryableError: invoice 9 is invalid: \\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\n  forged\\x7f${BIDI_SHOWN}\n`,
     );
 
     const listed = parseJson<DeadLetter[]>(tableJson).find((d) => d.id === letter.id) as DeadLetter;

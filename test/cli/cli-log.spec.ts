@@ -4,7 +4,19 @@ import { EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent, PublishR
 import type { LogEntry } from '../../lib/admin/admin.types';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, CliProcess, HOSTILE, HOSTILE_SHOWN, killAll, outcome, parseJson, RAW_CONTROL, runCli } from './cli.harness';
+import {
+  assertBuilt,
+  BIDI_SHOWN,
+  cliEnv,
+  CliProcess,
+  HOSTILE,
+  HOSTILE_SHOWN,
+  killAll,
+  outcome,
+  parseJson,
+  RAW_CONTROL,
+  runCli,
+} from './cli.harness';
 
 @Injectable()
 class Shipping {
@@ -125,7 +137,9 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
 
     expect(human.stdout).not.toMatch(RAW_CONTROL);
     expect(human.stdout.split('\n')).toHaveLength(2); // one line, then the end
-    expect(human.stdout).toContain(`key=k-${HOSTILE_SHOWN}  {"note":"\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f"}\n`);
+    expect(human.stdout).toContain(
+      `key=k-${HOSTILE_SHOWN}  {"note":"\\u001b]0;pwned\\u0007\\u001b[2J\\u009b31m\\r\\nforged\\x7f${BIDI_SHOWN}"}\n`,
+    );
 
     expect(json.stdout).not.toMatch(RAW_CONTROL);
     expect(JSON.parse(json.stdout) as LogEntry).toMatchObject({

@@ -108,13 +108,21 @@ export function outcome(result: CliResult): { code: number | null; stderr: strin
   return { code: result.code, stderr: result.stderr };
 }
 
-/** What a hostile producer could put in a payload: retitle the terminal, clear it, CSI in C1, a forged line, DEL. */
-export const HOSTILE = '\u001b]0;pwned\u0007\u001b[2J\u009b31m\r\nforged\u007f';
+/**
+ * Text that moves around what a line shows: a right-to-left override (`exe.txt` would read as `txt.exe`),
+ * an isolate, the bidirectional marks and embeddings, and the line and paragraph separators.
+ */
+export const BIDI = '\u202eexe.txt\u202c\u2066\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2067\u2068\u2028line\u2029para';
+/** BIDI as every output shows it: human text and JSON alike. */
+export const BIDI_SHOWN =
+  '\\u202eexe.txt\\u202c\\u2066\\u2069\\u200e\\u200f\\u061c\\u202a\\u202b\\u202d\\u2067\\u2068\\u2028line\\u2029para';
+/** What a hostile producer could put in a payload: retitle the terminal, clear it, CSI in C1, a forged line, DEL, BIDI. */
+export const HOSTILE = `\u001b]0;pwned\u0007\u001b[2J\u009b31m\r\nforged\u007f${BIDI}`;
 /** HOSTILE as the human output shows it. */
-export const HOSTILE_SHOWN = '\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\\nforged\\x7f';
-/** Any control character but a line break. */
+export const HOSTILE_SHOWN = `\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\r\\nforged\\x7f${BIDI_SHOWN}`;
+/** Any control character but a line break, or a bidirectional control or separator. */
 // eslint-disable-next-line no-control-regex
-export const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+export const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/;
 
 export function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

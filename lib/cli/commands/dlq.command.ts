@@ -41,15 +41,16 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
         ctx.output.result(letters, () => renderDeadLetters(group as string, letters));
         if (!ctx.output.json && letters.length === count) {
           // Every flag of this run again, or the printed command would list another page (or another log).
-          const next = ctx.commandLine([
-            'dlq',
-            'list',
-            group as string,
-            ...(newestFirst ? ['--newest-first'] : []),
-            ...(count === DEFAULT_LIST_COUNT ? [] : ['--count', String(count)]),
-            '--after',
-            letters[letters.length - 1].id,
-          ]);
+          const next = ctx.commandLine({
+            command: ['dlq', 'list'],
+            positionals: [group as string],
+            options: [
+              ...(newestFirst ? ['--newest-first'] : []),
+              ...(count === DEFAULT_LIST_COUNT ? [] : ['--count', String(count)]),
+              '--after',
+              letters[letters.length - 1].id,
+            ],
+          });
           const note = next.passwordRedacted ? ' (put the password back in place of *** in --redis-url)' : '';
           ctx.output.notice(`More may follow: ${next.text}${note}`);
         }
