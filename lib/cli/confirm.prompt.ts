@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline/promises';
 import { CliUsageError } from './errors/cli-usage.error';
-import { escapeControls } from './terminal.escape';
+import { escapeControls } from '../log/control-chars';
 
 /**
  * Confirmation of destructive commands: `--yes`, or a y/N question when

@@ -1,8 +1,8 @@
-import { escapeControls } from './terminal.escape';
+import { escapeControls } from '../log/control-chars';
 
 /**
  * Plain aligned columns, as kubectl prints them: no borders, a header row in capitals, three spaces between columns.
- * Cells are one line each, escaped before they are measured so the columns stay aligned (see terminal.escape).
+ * Cells are one line each, escaped before they are measured so the columns stay aligned (see log/control-chars).
  */
 
 export interface Column<T> {

@@ -1,4 +1,4 @@
-import { escapeControls } from './terminal.escape';
+import { escapeControls } from '../log/control-chars';
 
 /** Formatting of single values for the human (non-`--json`) output. */
 

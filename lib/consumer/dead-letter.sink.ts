@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed } from '../log/codec';
+import { escapeControls } from '../log/control-chars';
 import { encodeDeadLetter } from '../log/dead-letter.codec';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
@@ -26,9 +27,12 @@ export class DeadLetterSink implements FailedMessageSink {
     this.metrics.emit('onMessageDeadLettered', failed.group, isMalformed(entry) ? '(malformed)' : entry.event, entry.offset, letterId);
     const id = isMalformed(entry) ? entry.offset : `${entry.id} (${entry.event})`;
     const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
+    // Ids, event names and error messages can come from producers: logged inert.
     this.logger.error(
-      `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
-        `after ${failed.attempts} attempt(s), ${failed.reason}: ${error.message}`,
+      escapeControls(
+        `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
+          `after ${failed.attempts} attempt(s), ${failed.reason}: ${error.message}`,
+      ),
     );
   }
 }

@@ -4,6 +4,7 @@ import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { NonRetryableError } from '../errors/non-retryable.error';
 import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
+import { escapeControls } from '../log/control-chars';
 import { retryDelayMs } from './backoff';
 import type { FailedMessageSink, GiveUpReason } from './failed-message';
 import type { HandlerBinding, HandlerMap } from './handler-binding';
@@ -114,8 +115,10 @@ export class MessageProcessor {
     if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
     const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
     this.logger.warn(
-      `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
-        `retrying in ${delay} ms: ${describe(error)}`,
+      escapeControls(
+        `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
+          `retrying in ${delay} ms: ${describe(error)}`,
+      ),
     );
     // The permit goes back during the backoff, so other partitions of the group keep going.
     this.semaphore.release();
@@ -142,7 +145,7 @@ export class MessageProcessor {
       } catch (caught) {
         failed.push(handler);
         error = caught;
-        this.logger.debug(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`);
+        this.logger.debug(escapeControls(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`));
       }
     }
     return { failed, error };
@@ -199,6 +202,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
+/** An error for a log line; the caller escapes the line (error messages may carry producers' data). */
 function describe(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

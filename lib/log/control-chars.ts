@@ -1,6 +1,7 @@
 /**
  * Untrusted text (event data, keys, ids, error messages, group names read
- * from Redis) must not reach the operator's terminal as control sequences:
+ * from Redis) must not reach the operator's terminal as control sequences,
+ * whether the CLI prints it or the library logs it:
  * a producer could otherwise retitle the window (`ESC ]0;...BEL`), clear the
  * screen (`ESC [2J`), forge output lines with CR and LF, or reorder what a
  * line shows with bidirectional controls (an id that reads as another one).
