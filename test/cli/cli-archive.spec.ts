@@ -1,12 +1,10 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
+import { INestApplicationContext, Injectable } from '@nestjs/common';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Redis from 'ioredis';
 import { ArchiveObject, EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent, RetentionRunResult } from '../../lib';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, killAll, outcome, parseJson, runCli } from './cli.harness';
+import { waitFor } from '../support/helpers';
+import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
 const handled: number[] = [];
 
@@ -19,34 +17,22 @@ class Ledger {
 }
 
 describe('eventrail CLI: archive and restore', () => {
-  let redis: Redis;
-  let prefix: string;
+  const suite = useCliSuite('cli-arc');
   let dir: string;
   let app: INestApplicationContext;
 
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
   beforeEach(async () => {
-    prefix = uniquePrefix('cli-arc');
     dir = await mkdtemp(join(tmpdir(), 'eventrail-cli-archive-'));
     handled.length = 0;
-    app = await createApp({ prefix, partitions: 1 }, [Ledger]);
+    app = await suite.start([Ledger], 1);
   });
-  afterEach(async () => {
-    killAll();
-    await app.close();
-    await deletePrefix(redis, prefix);
-    await rm(dir, { recursive: true, force: true });
-  });
-  afterAll(() => redis.disconnect());
+  afterEach(() => rm(dir, { recursive: true, force: true }));
 
   it('archives while trimming, lists the archives, and restores them by name and by range for one group', async () => {
     await app.get(EventrailPublisher).publishMany([1, 2, 3, 4, 5].map((n) => ({ event: 'order.placed', data: { n } })));
     const admin = app.get(EventrailAdmin);
     await waitFor(async () => handled.length === 5 && (await admin.group('ledger')).lag === 0, 'ledger caught up');
-    const env = cliEnv(prefix, { RETENTION_STREAM_MAX_LEN: '0', RETENTION_ARCHIVE_DRIVER: 'fs', RETENTION_ARCHIVE_DIR: dir });
+    const env = cliEnv(suite.prefix, { RETENTION_STREAM_MAX_LEN: '0', RETENTION_ARCHIVE_DRIVER: 'fs', RETENTION_ARCHIVE_DIR: dir });
 
     const run = await runCli(['retention', 'run', '--json'], env);
     expect(outcome(run)).toEqual({ code: 0, stderr: '' });

@@ -1,10 +1,7 @@
-import { INestApplicationContext } from '@nestjs/common';
 import { createServer } from 'node:net';
-import Redis from 'ioredis';
 import { formatCommandLine } from '../../lib/cli/command-line.format';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
-import { assertBuilt, cliEnv, CliResult, killAll, outcome, parseJson, runCli, runPrinted } from './cli.harness';
+import { testRedisUrl } from '../support/helpers';
+import { cliEnv, CliResult, outcome, parseJson, runCli, runPrinted, useCliSuite } from './cli.harness';
 
 /** A port nothing listens on: bound, then released. */
 async function closedPort(): Promise<number> {
@@ -27,24 +24,7 @@ function expectNoPassword(result: CliResult): void {
 }
 
 describe('eventrail CLI: connection URLs', () => {
-  let redis: Redis;
-  let prefix: string;
-  let app: INestApplicationContext | undefined;
-
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
-  beforeEach(() => {
-    prefix = uniquePrefix('cli-url');
-  });
-  afterEach(async () => {
-    killAll();
-    await app?.close();
-    app = undefined;
-    await deletePrefix(redis, prefix);
-  });
-  afterAll(() => redis.disconnect());
+  const suite = useCliSuite('cli-url');
 
   /** The test Redis with `default:<PASSWORD>`: its default user has no password, so it takes any. */
   const withPassword = (): string => {
@@ -53,13 +33,13 @@ describe('eventrail CLI: connection URLs', () => {
   };
 
   it('connects with a comma in the password, from the flag or the environment, and shows it as ***', async () => {
-    app = await createApp({ prefix, partitions: 2 });
+    await suite.start([]);
     const url = withPassword();
     const [flag, json, env, verbose] = await Promise.all([
-      runCli(['--redis-url', url, 'status'], cliEnv(prefix)),
-      runCli(['--redis-url', url, 'status', '--json'], cliEnv(prefix)),
-      runCli(['status'], cliEnv(prefix, { EVENTRAIL_REDIS_URL: url })),
-      runCli(['--redis-url', url, '--verbose', 'groups'], cliEnv(prefix)),
+      runCli(['--redis-url', url, 'status'], cliEnv(suite.prefix)),
+      runCli(['--redis-url', url, 'status', '--json'], cliEnv(suite.prefix)),
+      runCli(['status'], cliEnv(suite.prefix, { EVENTRAIL_REDIS_URL: url })),
+      runCli(['--redis-url', url, '--verbose', 'groups'], cliEnv(suite.prefix)),
     ]);
     const shown = url.replace(PASSWORD, '***');
     for (const result of [flag, env]) {
@@ -102,7 +82,7 @@ describe('eventrail CLI: connection URLs', () => {
       { args: [refused, 'status'], code: 2, message: `unknown command '${shown}'` },
     ];
     const runs = cases.flatMap(({ args, env }) =>
-      [false, true].map((json) => runCli(json ? ['--json', ...args] : args, cliEnv(prefix, env))),
+      [false, true].map((json) => runCli(json ? ['--json', ...args] : args, cliEnv(suite.prefix, env))),
     );
     const results = await Promise.all(runs);
     cases.forEach(({ args, code, message }, i) => {
@@ -117,14 +97,17 @@ describe('eventrail CLI: connection URLs', () => {
   });
 
   it('prints `--` before a positional argument that starts with "-", and the printed line runs as such', async () => {
-    app = await createApp({ prefix, partitions: 2 });
+    await suite.start([]);
     const words = { command: ['dlq', 'list'], positionals: ['-weird'], options: ['--count', '2', '--after', '1-0'] };
-    const printed = formatCommandLine({ prefix }, words);
-    expect(printed.text).toBe(`eventrail --prefix ${prefix} dlq list --count 2 --after 1-0 -- -weird`);
+    const printed = formatCommandLine({ prefix: suite.prefix }, words);
+    expect(printed.text).toBe(`eventrail --prefix ${suite.prefix} dlq list --count 2 --after 1-0 -- -weird`);
     expect(formatCommandLine({}, { ...words, positionals: ['billing'] }).text).toBe('eventrail dlq list billing --count 2 --after 1-0');
 
     // Without `--`, commander takes the group for an option; with it, the command reaches the log and looks the group up.
-    const [bare, run] = await Promise.all([runCli(['dlq', 'list', '-weird'], cliEnv(prefix)), runPrinted(printed.text, cliEnv(prefix))]);
+    const [bare, run] = await Promise.all([
+      runCli(['dlq', 'list', '-weird'], cliEnv(suite.prefix)),
+      runPrinted(printed.text, cliEnv(suite.prefix)),
+    ]);
     expect(outcome(bare)).toEqual({ code: 2, stderr: "eventrail: unknown option '-weird'\n" });
     expect(run.stderr).toContain('"-weird"');
     expect(run.stderr).not.toContain('unknown option');

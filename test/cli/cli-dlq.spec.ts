@@ -1,21 +1,18 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
-import Redis from 'ioredis';
+import { INestApplicationContext, Injectable } from '@nestjs/common';
 import { DeadLetter, EventrailAdmin, EventrailMessage, EventrailPublisher, NonRetryableError, OnEvent, PublishResult } from '../../lib';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import {
-  assertBuilt,
   BIDI_SHOWN,
   cliEnv,
   escapeRegExp,
   HOSTILE,
   HOSTILE_SHOWN,
-  killAll,
   outcome,
   parseJson,
   RAW_CONTROL,
   runCli,
   runPrinted,
+  useCliSuite,
 } from './cli.harness';
 
 /** Invoices whose number is in `failing` are dead-lettered at once (with their `note` in the error); the others are recorded as handled. */
@@ -33,37 +30,25 @@ class Billing {
 }
 
 describe('eventrail CLI: dead letters', () => {
-  let redis: Redis;
-  let prefix: string;
+  const suite = useCliSuite('cli-dlq');
   let app: INestApplicationContext;
   let admin: EventrailAdmin;
   let published: PublishResult[];
 
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
   beforeEach(async () => {
-    prefix = uniquePrefix('cli-dlq');
     handled.length = 0;
     [1, 2, 3].forEach((n) => failing.add(n));
-    app = await createApp({ prefix, partitions: 2 }, [Billing]);
+    app = await suite.start([Billing]);
     admin = app.get(EventrailAdmin);
     published = await app
       .get(EventrailPublisher)
       .publishMany([1, 2, 3].map((n) => ({ event: 'invoice.created', data: { n }, key: `customer-${n}` })));
     await waitFor(async () => (await admin.deadLetterCount('billing')) === 3, 'three dead letters');
   });
-  afterEach(async () => {
-    killAll();
-    failing.clear();
-    await app.close();
-    await deletePrefix(redis, prefix);
-  });
-  afterAll(() => redis.disconnect());
+  afterEach(() => failing.clear());
 
   it('lists and shows dead letters as the admin service reads them', async () => {
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const letters = await admin.deadLetters('billing');
     const [list, newest, table, show, showTable, missing] = await Promise.all([
       runCli(['dlq', 'list', 'billing', '--json'], env),
@@ -123,7 +108,7 @@ describe('eventrail CLI: dead letters', () => {
         'list',
         'billing',
         '--prefix',
-        prefix,
+        suite.prefix,
         '--newest-first',
         '--count',
         '2',
@@ -152,7 +137,7 @@ describe('eventrail CLI: dead letters', () => {
     expect(printed).toEqual(
       [newestFirst[1], newestFirst[3]].map(
         (after) =>
-          `eventrail --redis-url ${redacted} --prefix ${prefix} --connect-timeout 4000 dlq list billing --newest-first --count 2 --after ${after}`,
+          `eventrail --redis-url ${redacted} --prefix ${suite.prefix} --connect-timeout 4000 dlq list billing --newest-first --count 2 --after ${after}`,
       ),
     );
     expect(printed.join('\n')).not.toContain('secret');
@@ -166,7 +151,7 @@ describe('eventrail CLI: dead letters', () => {
     await waitFor(async () => (await admin.deadLetterCount('billing')) === 4, 'the hostile dead letter');
     const letter = (await admin.deadLetters('billing')).find((d) => (d.data as { n: number }).n === 9) as DeadLetter;
 
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const [table, tableJson, show, showJson] = await Promise.all([
       runCli(['dlq', 'list', 'billing'], env),
       runCli(['dlq', 'list', 'billing', '--json'], env),
@@ -207,7 +192,7 @@ describe('eventrail CLI: dead letters', () => {
 
   it('replays chosen dead letters, then all of them, to the group that handles them again', async () => {
     failing.clear();
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const letters = await admin.deadLetters('billing');
     const target = letters.find((d) => (d.data as { n: number }).n === 2) as DeadLetter;
 
@@ -241,7 +226,7 @@ describe('eventrail CLI: dead letters', () => {
   });
 
   it('purges only with --yes, and an empty DLQ is nothing to do', async () => {
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const refused = await runCli(['dlq', 'purge', 'billing'], env);
     expect(outcome(refused)).toEqual({ code: 2, stderr: expect.stringContaining('pass --yes') });
     expect(await admin.deadLetterCount('billing')).toBe(3);

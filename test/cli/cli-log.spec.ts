@@ -1,21 +1,18 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
-import Redis from 'ioredis';
+import { Injectable } from '@nestjs/common';
 import { EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent, PublishResult, RetentionRunResult } from '../../lib';
 import type { LogEntry } from '../../lib/admin/admin.types';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { waitFor } from '../support/helpers';
 import {
-  assertBuilt,
   BIDI_SHOWN,
   cliEnv,
   CliProcess,
   HOSTILE,
   HOSTILE_SHOWN,
-  killAll,
   outcome,
   parseJson,
   RAW_CONTROL,
   runCli,
+  useCliSuite,
 } from './cli.harness';
 
 @Injectable()
@@ -31,32 +28,10 @@ class Audit {
 }
 
 describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
-  let redis: Redis;
-  let prefix: string;
-  let apps: INestApplicationContext[] = [];
-  const start = async (providers: unknown[], partitions = 2): Promise<INestApplicationContext> => {
-    const app = await createApp({ prefix, partitions }, providers as never[]);
-    apps.push(app);
-    return app;
-  };
-
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
-  beforeEach(() => {
-    prefix = uniquePrefix('cli-log');
-  });
-  afterEach(async () => {
-    killAll();
-    await Promise.all(apps.map((app) => app.close()));
-    apps = [];
-    await deletePrefix(redis, prefix);
-  });
-  afterAll(() => redis.disconnect());
+  const suite = useCliSuite('cli-log');
 
   it('publishes into a new log with the given partition count, and into an existing one from stdin', async () => {
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const created = await runCli(
       ['publish', 'order.created', '{"total":42}', '--key', 'o-1', '--header', 'trace=abc', '--partitions', '3', '--json'],
       env,
@@ -74,7 +49,7 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
     expect(outcome(mismatch)).toEqual({ code: 1, stderr: expect.stringContaining('has 3 partition(s), not 5') });
 
     // The module refuses any other partition count than the log's: booting with 3 proves the CLI created it so.
-    const admin = (await start([], 3)).get(EventrailAdmin);
+    const admin = (await suite.start([], 3)).get(EventrailAdmin);
     const page = await admin.readLog(result.partition);
     expect(page.entries).toEqual([
       expect.objectContaining({
@@ -91,9 +66,9 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
   });
 
   it('tails events appended after it started, filtered by type or by group, and stops on SIGINT/SIGTERM with 0', async () => {
-    const app = await start([Shipping]);
+    const app = await suite.start([Shipping]);
     const publisher = app.get(EventrailPublisher);
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const byEvent = new CliProcess(['tail', '--event', 'order.created', '--json'], env);
     const byGroup = new CliProcess(['tail', '--group', 'shipping'], env);
     await Promise.all([byEvent, byGroup].map((tail) => tail.waitForOutput((p) => p.stderr.includes('Tailing'), 'the tail is ready')));
@@ -125,8 +100,8 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
   });
 
   it('tails a hostile entry as one escaped line, and intact with --json', async () => {
-    const publisher = (await start([])).get(EventrailPublisher);
-    const env = cliEnv(prefix);
+    const publisher = (await suite.start([])).get(EventrailPublisher);
+    const env = cliEnv(suite.prefix);
     const human = new CliProcess(['tail'], env);
     const json = new CliProcess(['tail', '--json'], env);
     await Promise.all([human, json].map((tail) => tail.waitForOutput((p) => p.stderr.includes('Tailing'), 'the tail is ready')));
@@ -154,11 +129,11 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
   });
 
   it('runs a retention cycle from RETENTION_* variables or flags', async () => {
-    const app = await start([]);
+    const app = await suite.start([]);
     await app.get(EventrailPublisher).publishMany(Array.from({ length: 10 }, (_, n) => ({ event: 'metric.sampled', data: { n } })));
     const admin = app.get(EventrailAdmin);
 
-    const fromEnv = await runCli(['retention', 'run', '--json'], cliEnv(prefix, { RETENTION_STREAM_MAX_LEN: '4' }));
+    const fromEnv = await runCli(['retention', 'run', '--json'], cliEnv(suite.prefix, { RETENTION_STREAM_MAX_LEN: '4' }));
     expect(outcome(fromEnv)).toEqual({ code: 0, stderr: '' });
     const result = parseJson<RetentionRunResult>(fromEnv);
     expect(result).toMatchObject({ ran: true, staleGroups: [], deadLetters: [] });
@@ -169,8 +144,8 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
     expect((await admin.stats()).partitions.map((p) => p.length)).toEqual([4, 0]);
 
     const [fromFlag, unlimited] = await Promise.all([
-      runCli(['retention', 'run', '--max-len', '1'], cliEnv(prefix)),
-      runCli(['retention', 'run', '--json'], cliEnv(`${prefix}-none`)),
+      runCli(['retention', 'run', '--max-len', '1'], cliEnv(suite.prefix)),
+      runCli(['retention', 'run', '--json'], cliEnv(`${suite.prefix}-none`)),
     ]);
     expect(outcome(fromFlag)).toEqual({ code: 0, stderr: '' });
     expect(fromFlag.stdout).toMatch(/^PARTITION\s+TRIMMED\s+ARCHIVED\s+MIN ID\s+HELD BACK BY\s+ERROR\n\s+0\s+3\s+0\s+\d+-\d+\s+-\s+-\n/);
@@ -180,13 +155,12 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
   });
 
   it('prunes stale groups only with --yes, and never one with live members', async () => {
-    const gone = await start([Shipping]);
-    const live = await start([Audit]);
+    const gone = await suite.start([Shipping]);
+    const live = await suite.start([Audit]);
     await waitFor(async () => (await live.get(EventrailAdmin).groups()).length === 2, 'both groups registered');
-    await gone.close();
+    await suite.stop(gone);
     const names = async (): Promise<string[]> => (await live.get(EventrailAdmin).groups()).map((g) => g.name);
-    apps = [live];
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
 
     const refused = await runCli(['prune-stale', '--stale-ms', '0'], env);
     expect(outcome(refused)).toEqual({ code: 2, stderr: expect.stringContaining('pass --yes') });

@@ -1,9 +1,7 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
-import Redis from 'ioredis';
+import { Injectable } from '@nestjs/common';
 import { EventrailAdmin, EventrailMessage, EventrailPublisher, OffsetResetResult, OnEvent, PublishResult } from '../../lib';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, killAll, outcome, parseJson, runCli } from './cli.harness';
+import { waitFor } from '../support/helpers';
+import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
 const seen: number[] = [];
 
@@ -16,42 +14,23 @@ class Counter {
 }
 
 describe('eventrail CLI: offsets reset', () => {
-  let redis: Redis;
-  let prefix: string;
-  let apps: INestApplicationContext[] = [];
+  const suite = useCliSuite('cli-off');
   let published: PublishResult[];
 
-  const start = async (providers: unknown[]): Promise<INestApplicationContext> => {
-    const app = await createApp({ prefix, partitions: 2 }, providers as never[]);
-    apps.push(app);
-    return app;
-  };
   const committed = async (admin: EventrailAdmin): Promise<Array<string | null>> =>
     (await admin.group('counter')).partitions.map((p) => p.committed);
 
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
   beforeEach(async () => {
-    prefix = uniquePrefix('cli-off');
     seen.length = 0;
-    const app = await start([Counter]);
+    const app = await suite.start([Counter]);
     published = await app.get(EventrailPublisher).publishMany([1, 2, 3, 4].map((n) => ({ event: 'n.added', data: { n }, partition: 0 })));
     await waitFor(() => seen.length === 4, 'first pass');
     await waitFor(async () => (await committed(app.get(EventrailAdmin)))[0] === published[3].offset, 'committed');
   });
-  afterEach(async () => {
-    killAll();
-    await Promise.all(apps.map((app) => app.close()));
-    apps = [];
-    await deletePrefix(redis, prefix);
-  });
-  afterAll(() => redis.disconnect());
 
   it('refuses while the group has live members, shows a dry run, and fences the members with --force', async () => {
-    const admin = apps[0].get(EventrailAdmin);
-    const env = cliEnv(prefix);
+    const admin = suite.apps[0].get(EventrailAdmin);
+    const env = cliEnv(suite.prefix);
     const [refused, dry] = await Promise.all([
       runCli(['offsets', 'reset', 'counter', '--to-start', '--yes'], env),
       runCli(['offsets', 'reset', 'counter', '--to-id', published[2].offset, '--dry-run', '--json'], env),
@@ -76,10 +55,9 @@ describe('eventrail CLI: offsets reset', () => {
   });
 
   it('moves a stopped group to a time and to the end, printing the change', async () => {
-    await apps[0].close();
-    apps = [];
-    const admin = (await start([])).get(EventrailAdmin);
-    const env = cliEnv(prefix);
+    await suite.stop();
+    const admin = (await suite.start([])).get(EventrailAdmin);
+    const env = cliEnv(suite.prefix);
 
     const byTime = await runCli(['offsets', 'reset', 'counter', '--to-time', '1970-01-01T00:00:00Z', '--yes'], env);
     expect(outcome(byTime)).toEqual({ code: 0, stderr: '' });

@@ -1,10 +1,8 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { createServer, Server } from 'node:net';
-import Redis from 'ioredis';
 import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailPublisher, GroupStatus, LogStats, OnEvent } from '../../lib';
-import { createApp } from '../support/app';
-import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { assertBuilt, cliEnv, killAll, outcome, parseJson, runCli } from './cli.harness';
+import { waitFor } from '../support/helpers';
+import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
 @Injectable()
 class Billing {
@@ -22,33 +20,10 @@ async function closedPort(): Promise<number> {
 }
 
 describe('eventrail CLI: read commands, failures and usage errors', () => {
-  let redis: Redis;
-  let prefix: string;
-  let apps: INestApplicationContext[] = [];
-
-  beforeAll(() => {
-    assertBuilt();
-    redis = new Redis(testRedisUrl());
-  });
-  beforeEach(() => {
-    prefix = uniquePrefix('cli');
-  });
-  afterEach(async () => {
-    killAll();
-    await Promise.all(apps.map((app) => app.close()));
-    apps = [];
-    await deletePrefix(redis, prefix);
-  });
-  afterAll(() => redis.disconnect());
-
-  const start = async (providers: unknown[]): Promise<INestApplicationContext> => {
-    const app = await createApp({ prefix, partitions: 2 }, providers as never[]);
-    apps.push(app);
-    return app;
-  };
+  const suite = useCliSuite('cli');
 
   it('prints status, groups and one group as JSON that matches the admin service, and as tables', async () => {
-    const app = await start([Billing]);
+    const app = await suite.start([Billing]);
     const admin = app.get(EventrailAdmin);
     const published = await app.get(EventrailPublisher).publishMany([
       { event: 'invoice.created', data: { n: 1 }, partition: 0 },
@@ -56,7 +31,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       { event: 'invoice.paid', data: { n: 3 }, partition: 1 },
     ]);
     await waitFor(async () => (await admin.group('billing')).lag === 0, 'billing caught up');
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
 
     const [status, groups, group, groupsTable, groupTable, statusTable] = await Promise.all([
       runCli(['status', '--json'], env),
@@ -79,7 +54,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       groups: unknown[];
       nodes: unknown[];
     }>(status);
-    expect(report).toMatchObject({ prefix, connection: 'ready', partitions: stats.partitions });
+    expect(report).toMatchObject({ prefix: suite.prefix, connection: 'ready', partitions: stats.partitions });
     expect(report.pingMs).toBeGreaterThanOrEqual(0);
     expect(report.nodes).toEqual([expect.objectContaining({ partitions: [0, 1] })]);
     expect(report.groups).toEqual([
@@ -117,16 +92,16 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
   });
 
   it('shows a lag past the count cap as 10000+', async () => {
-    const app = await start([]);
+    const app = await suite.start([]);
     const published = await app
       .get(EventrailPublisher)
       .publishMany(Array.from({ length: 20_002 }, (_, n) => ({ event: 'bulk.item', data: { n }, partition: 0 })));
     // Groups whose workers are gone: one never consumed (its lag is the length, exact), one stopped
     // with more than the cap on both sides of its offset (capped).
-    await redis.sadd(`${prefix}:groups`, 'ghost', 'stalled');
-    await redis.set(`{${prefix}:0}:offset:stalled`, published[10_000].offset);
+    await suite.redis.sadd(`${suite.prefix}:groups`, 'ghost', 'stalled');
+    await suite.redis.set(`{${suite.prefix}:0}:offset:stalled`, published[10_000].offset);
 
-    const [table, json] = await Promise.all([runCli(['groups'], cliEnv(prefix)), runCli(['groups', '--json'], cliEnv(prefix))]);
+    const [table, json] = await Promise.all([runCli(['groups'], cliEnv(suite.prefix)), runCli(['groups', '--json'], cliEnv(suite.prefix))]);
     expect(outcome(table)).toEqual({ code: 0, stderr: '' });
     expect(table.stdout).toMatch(/^ghost\s+0\s+20002\s+0\s+-/m);
     expect(table.stdout).toMatch(/^stalled\s+0\s+10000\+\s+0\s+-/m);
@@ -138,7 +113,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
   });
 
   it('fails with exit code 1 on an unknown group, a prefix without a log, and an unreachable Redis', async () => {
-    await start([]);
+    await suite.start([]);
     // Accepts connections and never answers; reads them so it sees the client hang up.
     const blackhole: Server = createServer((socket) => socket.resume());
     await new Promise<void>((resolve) => blackhole.listen(0, '127.0.0.1', resolve));
@@ -146,11 +121,11 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
     const refusedPort = await closedPort();
     try {
       const [unknown, unknownJson, noLog, refused, silent] = await Promise.all([
-        runCli(['group', 'nope'], cliEnv(prefix)),
-        runCli(['--json', 'dlq', 'list', 'nope'], cliEnv(prefix)),
-        runCli(['groups'], cliEnv(`${prefix}-none`)),
-        runCli(['status', '--redis-url', `redis://127.0.0.1:${refusedPort}`], cliEnv(prefix)),
-        runCli(['status', '--connect-timeout', '1000'], cliEnv(prefix, { EVENTRAIL_REDIS_URL: `redis://127.0.0.1:${silentPort}` })),
+        runCli(['group', 'nope'], cliEnv(suite.prefix)),
+        runCli(['--json', 'dlq', 'list', 'nope'], cliEnv(suite.prefix)),
+        runCli(['groups'], cliEnv(`${suite.prefix}-none`)),
+        runCli(['status', '--redis-url', `redis://127.0.0.1:${refusedPort}`], cliEnv(suite.prefix)),
+        runCli(['status', '--connect-timeout', '1000'], cliEnv(suite.prefix, { EVENTRAIL_REDIS_URL: `redis://127.0.0.1:${silentPort}` })),
       ]);
       expect(outcome(unknown)).toEqual({
         code: 1,
@@ -159,9 +134,12 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       expect(unknown.stdout).toBe('');
       expect(unknownJson.code).toBe(1);
       expect(parseJson(unknownJson)).toEqual({ error: { name: 'UnknownGroupError', message: expect.stringContaining('"nope"') } });
-      expect(outcome(noLog)).toEqual({ code: 1, stderr: expect.stringMatching(/^eventrail: No eventrail log with prefix "cli-\w+-none"/) });
+      expect(outcome(noLog)).toEqual({
+        code: 1,
+        stderr: expect.stringMatching(/^eventrail: No eventrail log with prefix "cli-\w+-none"/),
+      });
       // A read must not create the log it did not find.
-      expect(await redis.exists(`${prefix}-none:meta`)).toBe(0);
+      expect(await suite.redis.exists(`${suite.prefix}-none:meta`)).toBe(0);
       expect(outcome(refused)).toEqual({ code: 1, stderr: expect.stringContaining('ECONNREFUSED') });
       expect(refused.ms).toBeLessThan(5_000);
       // The flag beats the environment: refused went to the closed port although EVENTRAIL_REDIS_URL is the test Redis.
@@ -174,7 +152,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
 
   it('exits with code 2 and one line on stderr for usage errors, before touching Redis', async () => {
     // No log at this prefix: a usage error must be reported without connecting (else it would say "no log").
-    const env = cliEnv(prefix);
+    const env = cliEnv(suite.prefix);
     const cases: Array<[string[], RegExp]> = [
       [['frobnicate'], /unknown command 'frobnicate'/],
       [['groups', '--colour'], /unknown option '--colour'/],

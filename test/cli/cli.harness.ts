@@ -1,7 +1,10 @@
+import type { INestApplicationContext, Provider } from '@nestjs/common';
+import Redis from 'ioredis';
 import { ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { testRedisUrl, waitFor } from '../support/helpers';
+import { createApp } from '../support/app';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
 /** The built bin: the tests run what users run. */
 export const CLI = join(__dirname, '..', '..', 'dist', 'cli', 'main.js');
@@ -126,4 +129,58 @@ export const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e
 
 export function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** What `useCliSuite` keeps for the running test. */
+export interface CliSuite {
+  /** A client of the test Redis, for setting up and checking keys. */
+  readonly redis: Redis;
+  /** The running test's key prefix. */
+  readonly prefix: string;
+  /** The apps started by this test and not stopped yet, in start order. */
+  readonly apps: readonly INestApplicationContext[];
+  /** Boots the module on the test's prefix with these providers (handlers); closed after the test. */
+  start(providers: Provider[], partitions?: number): Promise<INestApplicationContext>;
+  /** Closes one app, or every app, before the test ends (a group without live members). */
+  stop(app?: INestApplicationContext): Promise<void>;
+}
+
+/**
+ * The hooks every CLI suite shares: the bin must be built, each test gets a
+ * prefix of its own and in-process apps that make its data, and after it
+ * every CLI child is killed, the apps closed and the prefix's keys deleted.
+ */
+export function useCliSuite(name: string): CliSuite {
+  let apps: INestApplicationContext[] = [];
+  const suite = {
+    redis: undefined as unknown as Redis,
+    prefix: '',
+    get apps(): readonly INestApplicationContext[] {
+      return apps;
+    },
+    async start(providers: Provider[], partitions = 2): Promise<INestApplicationContext> {
+      const app = await createApp({ prefix: suite.prefix, partitions }, providers);
+      apps.push(app);
+      return app;
+    },
+    async stop(app?: INestApplicationContext): Promise<void> {
+      const closing = app ? apps.filter((a) => a === app) : apps;
+      apps = app ? apps.filter((a) => a !== app) : [];
+      await Promise.all(closing.map((a) => a.close()));
+    },
+  };
+  beforeAll(() => {
+    assertBuilt();
+    suite.redis = new Redis(testRedisUrl());
+  });
+  beforeEach(() => {
+    suite.prefix = uniquePrefix(name);
+  });
+  afterEach(async () => {
+    killAll();
+    await suite.stop();
+    await deletePrefix(suite.redis, suite.prefix);
+  });
+  afterAll(() => suite.redis.disconnect());
+  return suite;
 }
