@@ -1,5 +1,5 @@
 import { describeError } from './exit-code';
-import { escapeControls, escapeJsonControls } from '../log/control-chars';
+import { escapeControls, escapeJsonControls } from '../util/control-chars';
 import { redactUrlsIn } from './value.format';
 
 /**

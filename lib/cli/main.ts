@@ -2,7 +2,7 @@
 import { createProgram } from './cli.program';
 import { CliRunner } from './cli.runner';
 import { ExitCode } from './exit-code';
-import { escapeControls } from '../log/control-chars';
+import { escapeControls } from '../util/control-chars';
 import { redactUrlsIn } from './value.format';
 
 // `eventrail tail | head`: once the reader is gone there is nobody left to print for; end quietly, not with an EPIPE stack.

@@ -2,7 +2,7 @@ import Redis, { Cluster } from 'ioredis';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
 import { CliUsageError } from './errors/cli-usage.error';
-import { escapeControls } from '../log/control-chars';
+import { escapeControls } from '../util/control-chars';
 import { redactUrl, redactUrlsIn } from './value.format';
 
 /** Where the CLI connects. */

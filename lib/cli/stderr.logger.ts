@@ -1,5 +1,5 @@
 import type { LoggerService, LogLevel } from '@nestjs/common';
-import { escapeControls } from '../log/control-chars';
+import { escapeControls } from '../util/control-chars';
 import { redactUrlsIn } from './value.format';
 
 /**

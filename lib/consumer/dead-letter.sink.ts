@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed } from '../log/codec';
-import { escapeControls } from '../log/control-chars';
+import { escapeControls } from '../util/control-chars';
 import { encodeDeadLetter } from '../log/dead-letter.codec';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';

@@ -4,7 +4,7 @@ import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { NonRetryableError } from '../errors/non-retryable.error';
 import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
-import { escapeControls } from '../log/control-chars';
+import { escapeControls } from '../util/control-chars';
 import { retryDelayMs } from './backoff';
 import type { FailedMessageSink, GiveUpReason } from './failed-message';
 import type { HandlerBinding, HandlerMap } from './handler-binding';

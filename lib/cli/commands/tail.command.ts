@@ -3,7 +3,7 @@ import type { LogEntry } from '../../admin/admin.types';
 import type { CliRunner } from '../cli.runner';
 import { CliUsageError } from '../errors/cli-usage.error';
 import { examples } from '../help.text';
-import { escapeControls } from '../../log/control-chars';
+import { escapeControls } from '../../util/control-chars';
 import { formatData, formatDate, formatList } from '../value.format';
 
 export function registerTailCommand(program: Command, runner: CliRunner): void {
