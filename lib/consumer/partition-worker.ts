@@ -3,25 +3,29 @@ import type { Cluster, Redis } from 'ioredis';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
-import type { EventrailRedis } from '../redis/eventrail-redis';
-import { BatchContext, BatchRun } from './batch-run';
+import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+import { describeError } from '../util/describe-error';
+import { withTimeout } from '../util/timeout';
+import { BatchContext, BatchRun } from './batch-run';
 import type { GroupStats } from './group-stats';
+import type { PartitionLease } from './lease';
 import type { MessageProcessor } from './message-processor';
+import { RecoveryWindow } from './recovery-window';
 import type { Semaphore } from './semaphore';
 import { StopSignal } from './stop-signal';
 
-/** How long an idle read blocks in Redis before it is sent again. */
-const BLOCK_MS = 10_000;
 const READ_ERROR_BACKOFF_MS = 1_000;
 
-type XReadReply = Array<[string, Array<[string, string[]]>]> | null;
+type Entry = RawEntry | MalformedEntry;
+
+/** Where a step of the loop leaves the worker: reading on, or ended (stopped, or the lease is lost). */
+type Step = 'continue' | 'end';
 
 export interface PartitionWorkerParams {
-  group: string;
-  partition: number;
-  /** Lease token `<workerId>:<epoch>` that fences every commit. */
-  token: string;
+  /** The lease this worker holds; it fences every commit. */
+  lease: PartitionLease;
   /** Committed offset when the lease was taken. */
   committed: string;
   /**
@@ -48,9 +52,14 @@ export class PartitionWorker {
   private readonly logger = new Logger(PartitionWorker.name);
   private readonly stop = new StopSignal();
   private readonly streamKey: string;
+  private readonly recovery: RecoveryWindow;
   private connection?: Redis | Cluster;
   private current?: BatchRun;
   private committed: string;
+  /** Where the next read starts: the last entry taken on. */
+  private cursor: string;
+  /** The read in flight, from `cursor`. */
+  private next: Promise<Entry[]> = Promise.resolve([]);
   private loop?: Promise<void>;
   private pendingCommit?: Promise<boolean>;
   private ended?: Promise<void>;
@@ -62,19 +71,20 @@ export class PartitionWorker {
   private readonly batchContext: BatchContext;
 
   constructor(private readonly params: PartitionWorkerParams) {
-    this.streamKey = params.redis.keys.stream(params.partition);
-    this.committed = params.committed;
+    const { lease, processor, semaphore, stats, metrics, options } = params;
+    this.streamKey = params.redis.keys.stream(lease.partition);
+    this.committed = this.cursor = params.committed;
+    this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
-    const { partition, processor, semaphore, stats, group, metrics } = params;
-    this.batchContext = { partition, processor, semaphore, stop: this.stop, stats, group, metrics };
+    this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
   }
 
   get partition(): number {
-    return this.params.partition;
+    return this.params.lease.partition;
   }
 
-  get token(): string {
-    return this.params.token;
+  get lease(): PartitionLease {
+    return this.params.lease;
   }
 
   /** False once the worker was told to stop or lost its lease. */
@@ -95,7 +105,7 @@ export class PartitionWorker {
   start(onEnd: (worker: PartitionWorker) => void): void {
     this.connection = this.params.redis.duplicate();
     this.loop = this.run().catch((error: unknown) => {
-      this.logger.error(`${this.describe()} stopped on an unexpected error: ${(error as Error).message}`, (error as Error).stack);
+      this.logger.error(`${this.describe()} stopped on an unexpected error: ${describeError(error)}`, (error as Error).stack);
       this.abort();
     });
     void this.loop.finally(() => onEnd(this));
@@ -121,11 +131,11 @@ export class PartitionWorker {
   private async finish(timeoutMs: number, finishBatch: boolean): Promise<void> {
     if (finishBatch) this.drain();
     else this.halt();
-    const loop = this.loop ?? Promise.resolve();
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const finished = await Promise.race([loop.then(() => true), deadline]);
-    clearTimeout(timer);
+    const finished = await withTimeout(
+      (this.loop ?? Promise.resolve()).then(() => true),
+      timeoutMs,
+      () => false,
+    );
     if (!finished) {
       this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
       this.halt();
@@ -140,11 +150,9 @@ export class PartitionWorker {
       if (this.lost) return;
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
-      if (!this.lost) await this.release();
+      if (!this.lost) await this.params.lease.release();
     } catch (error) {
-      this.logger.warn(
-        `${this.describe()}: could not commit and release on stop (${(error as Error).message}); the lease expires on its own`,
-      );
+      this.logger.warn(`${this.describe()}: could not commit and release on stop (${describeError(error)}); the lease expires on its own`);
     }
   }
 
@@ -163,112 +171,112 @@ export class PartitionWorker {
     this.stop.fire();
   }
 
+  /** The whole cycle: receive a batch, take it on, repeat until stopped or fenced. */
   private async run(): Promise<void> {
-    const { options } = this.params;
-    let cursor = this.committed;
-    // After taking over from a worker that died, entries go one at a time for
-    // one batch's length: each is counted in Redis before it starts and
-    // committed before the next, so a message that kills every worker that
-    // handles it is the one whose count grows, and is dead-lettered unhandled
-    // once it reaches maxDeliveries. The happy path counts nothing.
-    let recovery = this.params.recovering ? options.batchSize : 0;
-    let next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
+    this.readFrom(this.cursor);
     while (!this.draining) {
-      let entries: Array<RawEntry | MalformedEntry>;
-      try {
-        entries = await Promise.race([next, this.drained]);
-      } catch (error) {
-        if (this.draining) return;
-        this.logger.warn(`${this.describe()}: read failed (${(error as Error).message}); retrying`);
-        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
-        continue;
-      }
-      if (this.draining) return;
-      if (entries.length === 0) {
-        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
-        continue;
-      }
-      if (recovery > 0) {
-        const verdict = await this.countDelivery(entries[0]);
-        if (verdict === 'retry') {
-          if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-          next = this.prefetch(cursor, 1);
-          continue;
-        }
-        if (verdict === 'dead-lettered') {
-          cursor = entries[0].offset;
-          recovery--;
-          if (!(await this.commit(cursor))) return;
-          next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
-          continue;
-        }
-      }
-      let alreadyDone: Set<string> | undefined;
-      try {
-        alreadyDone = options.enableIdempotency ? await this.doneIds(entries) : undefined;
-      } catch (error) {
-        this.logger.warn(`${this.describe()}: idempotency check failed (${(error as Error).message}); retrying`);
-        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-        next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize);
-        continue;
-      }
-      const batch = new BatchRun(entries, { ...this.batchContext, alreadyDone });
-      this.current = batch;
-      const batchStart = cursor;
-      cursor = batch.lastOffset;
-      const recovering = recovery > 0;
-      recovery = Math.max(0, recovery - entries.length);
-      next = this.prefetch(cursor, recovery > 0 ? 1 : options.batchSize); // the next batch travels while this one is handled
-      await batch.run(options.concurrency);
-      if (this.draining) return; // the stopper commits the low watermark
-      const mark = batch.watermark();
-      // The commit travels while the next batch is handled; its verdict is
-      // read before the next commit is sent, so a fenced worker stops within a
-      // batch. While recovering, each commit lands before the next entry starts.
-      if (this.pendingCommit && !(await this.pendingCommit)) return;
-      this.pendingCommit = undefined;
-      if (mark) this.pendingCommit = this.commit(mark, batch.handledIds);
-      if (recovering && this.pendingCommit && !(await this.pendingCommit)) return;
-      this.current = undefined;
-      if (!batch.complete) {
-        // An entry could not be finished (its failure could not be recorded):
-        // read again from it rather than skipping it.
-        cursor = mark ?? batchStart;
-        this.connection?.disconnect();
-        this.connection = this.params.redis.duplicate();
-        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return;
-        next = this.prefetch(cursor, options.batchSize);
-      }
+      const entries = await this.receive();
+      if (entries === null || (entries.length > 0 && (await this.takeOn(entries)) === 'end')) return;
     }
   }
 
   /**
-   * Recovery path: counts this delivery of `entry`; at `maxDeliveries` the
-   * entry has killed enough workers and goes to the dead-letter stream instead.
+   * The batch read in flight. An empty or failed read starts the next one
+   * (after a backoff when it failed) and gives `[]`; null once stopping.
    */
-  private async countDelivery(entry: RawEntry | MalformedEntry): Promise<'handle' | 'dead-lettered' | 'retry'> {
-    const { redis, group, partition, options, processor, stats } = this.params;
+  private async receive(): Promise<Entry[] | null> {
+    let entries: Entry[];
     try {
-      const deliveries = await redis.client.eventrailMarkDelivery(redis.keys.recovery(group, partition), entry.offset);
-      if (deliveries < options.maxDeliveries) return 'handle';
-      await processor.giveUpCrashLoop(entry, partition, deliveries);
-      stats.deadLettered++;
-      return 'dead-lettered';
+      entries = await Promise.race([this.next, this.drained]);
     } catch (error) {
-      this.logger.warn(`${this.describe()}: could not count the delivery of ${entry.offset} (${(error as Error).message}); retrying`);
-      return 'retry';
+      if (this.draining) return null;
+      this.logger.warn(`${this.describe()}: read failed (${describeError(error)}); retrying`);
+      return (await this.retryRead()) === 'continue' ? [] : null;
     }
+    if (this.draining) return null;
+    if (entries.length === 0) this.readFrom(this.cursor);
+    return entries;
+  }
+
+  /** Recovery check, idempotency lookup, then the batch itself. */
+  private async takeOn(entries: Entry[]): Promise<Step> {
+    if (this.recovery.active) {
+      const verdict = await this.recovery.countDelivery(entries[0]);
+      if (verdict === 'retry') return this.retryRead();
+      if (verdict === 'dead-lettered') return this.passOver(entries[0]);
+    }
+    let alreadyDone: Set<string> | undefined;
+    try {
+      alreadyDone = this.params.options.enableIdempotency ? await this.doneIds(entries) : undefined;
+    } catch (error) {
+      this.logger.warn(`${this.describe()}: idempotency check failed (${describeError(error)}); retrying`);
+      return this.retryRead();
+    }
+    return this.runBatch(new BatchRun(entries, { ...this.batchContext, alreadyDone }));
+  }
+
+  private async runBatch(batch: BatchRun): Promise<Step> {
+    this.current = batch;
+    const batchStart = this.cursor;
+    const recovering = this.recovery.active;
+    this.recovery.consume(batch.entries.length);
+    this.cursor = batch.lastOffset;
+    this.readFrom(this.cursor); // the next batch travels while this one is handled
+    await batch.run(this.params.options.concurrency);
+    if (this.draining) return 'end'; // the stopper commits the low watermark
+    const mark = batch.watermark();
+    if (!(await this.commitPipelined(mark, batch.handledIds, recovering))) return 'end';
+    this.current = undefined;
+    return batch.complete ? 'continue' : this.restartAt(mark ?? batchStart);
+  }
+
+  /**
+   * Sends the commit of `mark` without waiting for it: it travels while the
+   * next batch is handled. The previous commit's verdict is read first, so a
+   * fenced worker stops within a batch. With `wait` (recovering), the commit
+   * lands before the next entry starts. False when the lease was lost.
+   */
+  private async commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): Promise<boolean> {
+    if (this.pendingCommit && !(await this.pendingCommit)) return false;
+    this.pendingCommit = mark === undefined ? undefined : this.commit(mark, handledIds);
+    return wait && this.pendingCommit ? this.pendingCommit : true;
+  }
+
+  /** The entry after the committed offset was dead-lettered unhandled (a crash loop): commit past it. */
+  private async passOver(entry: Entry): Promise<Step> {
+    this.cursor = entry.offset;
+    this.recovery.consume(1);
+    if (!(await this.commit(entry.offset))) return 'end';
+    this.readFrom(this.cursor);
+    return 'continue';
+  }
+
+  /**
+   * An entry could not be finished (its failure could not be recorded): read
+   * again from it rather than skipping it, on a fresh connection.
+   */
+  private restartAt(offset: string): Promise<Step> {
+    this.cursor = offset;
+    this.connection?.disconnect();
+    this.connection = this.params.redis.duplicate();
+    return this.retryRead();
+  }
+
+  /** Waits the read-error backoff, then reads again from the cursor; `end` when stopped meanwhile. */
+  private async retryRead(): Promise<Step> {
+    if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return 'end';
+    this.readFrom(this.cursor);
+    return 'continue';
   }
 
   /** Event ids of `entries` that idempotency already recorded as done: one round trip per batch. */
-  private async doneIds(entries: Array<RawEntry | MalformedEntry>): Promise<Set<string>> {
+  private async doneIds(entries: Entry[]): Promise<Set<string>> {
     const ids: string[] = [];
     for (const entry of entries) if (!isMalformed(entry) && this.params.processor.wants(entry)) ids.push(entry.id);
     const done = new Set<string>();
     if (ids.length === 0) return done;
-    const { redis, group, partition } = this.params;
-    const scores = (await redis.client.zmscore(redis.keys.done(group, partition), ...ids)) as Array<string | null>;
+    const { redis, lease } = this.params;
+    const scores = (await redis.client.zmscore(redis.keys.done(lease.group, lease.partition), ...ids)) as Array<string | null>;
     const now = Date.now();
     scores.forEach((score, i) => {
       if (score !== null && Number(score) > now) done.add(ids[i]);
@@ -276,48 +284,37 @@ export class PartitionWorker {
     return done;
   }
 
-  /** Starts a read; a read left behind by a stop may reject later, which is expected. */
-  private prefetch(after: string, count: number): Promise<Array<RawEntry | MalformedEntry>> {
-    const pending = this.read(after, count);
-    pending.catch(() => undefined);
-    return pending;
+  /** Starts the next read; one left behind by a stop may reject later, which is expected. */
+  private readFrom(after: string): void {
+    this.next = this.read(after, this.recovery.readSize(this.params.options.batchSize));
+    this.next.catch(() => undefined);
   }
 
-  private async read(after: string, count: number): Promise<Array<RawEntry | MalformedEntry>> {
+  private async read(after: string, count: number): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return [];
     const reply = (await connection.xread('COUNT', count, 'BLOCK', BLOCK_MS, 'STREAMS', this.streamKey, after)) as XReadReply;
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
-    const entries = new Array<RawEntry | MalformedEntry>(raw.length);
+    const entries = new Array<Entry>(raw.length);
     for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1]);
     return entries;
   }
 
-  /** Commits through the fencing script; false when the lease was lost (the worker then aborts). */
+  /** Commits through the fenced lease; false when the lease was lost or the commit's fate is unknown (the worker then aborts). */
   private async commit(offset: string, doneIds: readonly string[] = []): Promise<boolean> {
-    const { redis, options, token, group, partition } = this.params;
-    const markTtl = options.enableIdempotency ? options.idempotencyTtlMs : 0;
-    let result: number;
+    const { options, lease } = this.params;
+    let verdict: 'committed' | 'fenced';
     try {
-      result = await redis.client.eventrailCommitOffset(
-        this.leaseKey(),
-        redis.keys.offset(group, partition),
-        redis.keys.done(group, partition),
-        token,
-        offset,
-        options.lockTtlMs,
-        markTtl,
-        ...(markTtl > 0 ? doneIds : []),
-      );
+      verdict = await lease.commit(offset, doneIds, options.enableIdempotency ? options.idempotencyTtlMs : 0);
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.
-      this.logger.warn(`${this.describe()}: commit of ${offset} failed (${(error as Error).message}); dropping the partition`);
+      this.logger.warn(`${this.describe()}: commit of ${offset} failed (${describeError(error)}); dropping the partition`);
       this.abort();
       return false;
     }
-    if (result === 1) {
+    if (verdict === 'committed') {
       if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
       return true;
     }
@@ -326,17 +323,7 @@ export class PartitionWorker {
     return false;
   }
 
-  private release(): Promise<number> {
-    const { redis, group, partition, token } = this.params;
-    const epoch = token.slice(token.lastIndexOf(':') + 1);
-    return redis.client.eventrailReleaseLease(this.leaseKey(), redis.keys.recovery(group, partition), token, epoch);
-  }
-
-  private leaseKey(): string {
-    return this.params.redis.keys.lease(this.params.group, this.params.partition);
-  }
-
   private describe(): string {
-    return `Group "${this.params.group}" partition ${this.params.partition}`;
+    return `Group "${this.params.lease.group}" partition ${this.params.lease.partition}`;
   }
 }

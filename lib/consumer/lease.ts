@@ -1,0 +1,150 @@
+import type { InitialOffset } from '../eventrail.options';
+import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
+import type { EventrailRedis } from '../redis/eventrail-redis';
+
+/**
+ * The lease of a (group, partition): at most one worker of a group works a
+ * partition at a time. Its value is the token `<workerId>:<epoch>`, the epoch
+ * fresh from a counter on every acquire (acquireLease-5.lua builds it), so a
+ * worker that paused past its TTL and came back holds a token that no longer
+ * matches: every commit checks it (commitOffset-3.lua) and fails.
+ */
+
+/** The worker id in a lease token (worker ids contain `:` themselves; the epoch is what follows the last one). */
+export function leaseOwner(token: string): string {
+  return token.slice(0, token.lastIndexOf(':'));
+}
+
+/** The epoch in a lease token. */
+export function leaseEpoch(token: string): string {
+  return token.slice(token.lastIndexOf(':') + 1);
+}
+
+/** What acquiring gives a worker: its lease, where the group's offset stands, and whether the last holder left cleanly. */
+export interface AcquiredLease {
+  lease: PartitionLease;
+  /** Committed offset when the lease was taken (initialised from `initialOffset` the first time). */
+  committed: string;
+  /** The previous holder did not release the lease: it died, froze or lost Redis. */
+  recovering: boolean;
+}
+
+/** How a commit ended: `committed`, or `fenced` when the lease is no longer this worker's. */
+export type CommitVerdict = 'committed' | 'fenced';
+
+/** A lease this worker holds on one partition of a group. */
+export class PartitionLease {
+  private readonly key: string;
+
+  private constructor(
+    private readonly redis: EventrailRedis,
+    readonly group: string,
+    readonly partition: number,
+    /** `<workerId>:<epoch>`, which fences every commit. */
+    readonly token: string,
+    private readonly ttlMs: number,
+  ) {
+    this.key = redis.keys.lease(group, partition);
+  }
+
+  /**
+   * Tries the leases of `partitions` in one round trip (one script call per
+   * partition, sent together: on a cluster they live in different slots).
+   * Null where another worker holds the lease or Redis did not answer.
+   */
+  static async acquire(
+    redis: EventrailRedis,
+    group: string,
+    partitions: readonly number[],
+    workerId: string,
+    ttlMs: number,
+    initialOffset: InitialOffset,
+  ): Promise<Array<AcquiredLease | null>> {
+    const { keys, client } = redis;
+    const [mode, initialId] = initialOffsetArgs(initialOffset);
+    const replies = await Promise.all(
+      partitions.map((p) =>
+        client
+          .eventrailAcquireLease(
+            keys.lease(group, p),
+            keys.epoch(group, p),
+            keys.offset(group, p),
+            keys.stream(p),
+            keys.recovery(group, p),
+            workerId,
+            ttlMs,
+            mode,
+            initialId,
+          )
+          .catch(() => null),
+      ),
+    );
+    return replies.map((reply, i) => {
+      if (!reply) return null;
+      const [token, committed, recovering] = reply;
+      return { lease: new PartitionLease(redis, group, partitions[i], token, ttlMs), committed, recovering: recovering === 1 };
+    });
+  }
+
+  /** Extends the lease: `held`, `lost` (expired or taken over), or `unknown` when Redis did not answer (try again later). */
+  renew(): Promise<'held' | 'lost' | 'unknown'> {
+    return this.redis.client.eventrailRenewLease(this.key, this.token, this.ttlMs).then(
+      (renewed) => (renewed === 1 ? 'held' : 'lost'),
+      () => 'unknown' as const,
+    );
+  }
+
+  /**
+   * Moves the committed offset to `offset` if the lease is still this
+   * worker's, extends it, and writes the idempotency done-marks of `doneIds`
+   * (with `markTtlMs` > 0) in the same atomic step. Rejects when Redis did not
+   * answer: whether it landed is then unknown.
+   */
+  async commit(offset: string, doneIds: readonly string[], markTtlMs: number): Promise<CommitVerdict> {
+    const { keys, client } = this.redis;
+    const result = await client.eventrailCommitOffset(
+      this.key,
+      keys.offset(this.group, this.partition),
+      keys.done(this.group, this.partition),
+      this.token,
+      offset,
+      this.ttlMs,
+      markTtlMs,
+      ...(markTtlMs > 0 ? doneIds : []),
+    );
+    return result === 1 ? 'committed' : 'fenced';
+  }
+
+  /**
+   * Recovery path: records one more delivery of the entry after the committed
+   * offset (`offset`) by a worker of this partition, and returns how many
+   * there were. Kept with the lease's recovery state, which a clean release
+   * resets (markDelivery-1.lua).
+   */
+  countDelivery(offset: string): Promise<number> {
+    return this.redis.client.eventrailMarkDelivery(this.redis.keys.recovery(this.group, this.partition), offset);
+  }
+
+  /**
+   * Gives the lease back so another worker can take the partition at once,
+   * and records the epoch as ended cleanly (the next owner counts no crash).
+   * Does nothing when the lease is no longer this worker's.
+   */
+  async release(): Promise<void> {
+    const { keys, client } = this.redis;
+    await client.eventrailReleaseLease(this.key, keys.recovery(this.group, this.partition), this.token, leaseEpoch(this.token));
+  }
+}
+
+function initialOffsetArgs(offset: InitialOffset): ['start' | 'end' | 'id', string] {
+  switch (offset.mode) {
+    case 'fromStart':
+      return ['start', ''];
+    case 'fromEnd':
+      return ['end', ''];
+    case 'fromId':
+      return ['id', previousStreamId(offset.id)];
+    case 'fromTime':
+      return ['id', offsetBeforeTime(offset.time)];
+  }
+}
