@@ -1,23 +1,27 @@
-import { Inject, Injectable, Logger, OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import { resolveConsumerOptions, ResolvedConsumerOptions, ResolvedEventrailOptions } from '../eventrail.options';
+import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { GroupConsumer, WorkerIdentity } from './group-consumer';
-import type { HandlerMap } from './handler-binding';
+import { describeError } from '../util/describe-error';
+import { GroupConsumer } from './group-consumer';
+import type { GroupPlan } from './group-plan';
 import { DeadLetterSink } from './dead-letter.sink';
 import type { GroupStats } from './group-stats';
+import type { WorkerIdentity } from './membership';
 import { RebalanceSignal } from './rebalance-signal';
 import { MetricsHooks } from '../metrics/eventrail-metrics';
 
 /**
- * The consumer groups of this process. Started on bootstrap unless
- * `autoStart: false`; stopped on Nest's shutdown, before the Redis connection
- * closes, so running handlers finish and partitions are handed over at once.
+ * The consumer groups of this process, as the explorer planned them. Started
+ * on bootstrap unless `autoStart: false` (in the background with
+ * `allowDegradedStart`, so the app starts while Redis is away); stopped on
+ * Nest's shutdown, before the Redis connection closes, so running handlers
+ * finish and partitions are handed over at once.
  */
 @Injectable()
-export class EventrailConsumers implements OnModuleDestroy {
+export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger = new Logger(EventrailConsumers.name);
   private readonly groups = new Map<string, GroupConsumer>();
   private readonly signal: RebalanceSignal;
@@ -25,6 +29,7 @@ export class EventrailConsumers implements OnModuleDestroy {
   private readonly metrics: MetricsHooks;
   private starting?: Promise<void>;
   private started = false;
+  private waiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -41,12 +46,8 @@ export class EventrailConsumers implements OnModuleDestroy {
     return this.identity.id;
   }
 
-  /** Adds a group found by the explorer. Its options are resolved here, with the module's and `groups.<name>` as the base. */
-  register(group: string, handlers: HandlerMap, declared: ReadonlyArray<{ path: string; options: object }>): void {
-    let options: ResolvedConsumerOptions = resolveConsumerOptions(`groups.${group}`, this.options.groups[group], this.options.consumer);
-    for (const { path, options: decoratorOptions } of declared) {
-      options = resolveConsumerOptions(path, decoratorOptions, options);
-    }
+  /** Adds a group the explorer found, with its options already resolved. */
+  register({ group, handlers, options }: GroupPlan): void {
     const sink = new DeadLetterSink(this.redis, this.identity.id, this.metrics);
     const announce = (name: string): Promise<void> => this.signal.announce(name);
     this.groups.set(group, new GroupConsumer(group, handlers, options, this.redis, this.identity, sink, announce, this.metrics));
@@ -66,21 +67,46 @@ export class EventrailConsumers implements OnModuleDestroy {
     return Object.fromEntries([...this.groups].map(([name, group]) => [name, { ...group.stats }]));
   }
 
+  /** True while groups of this process are consuming (false when it has none). */
   get isRunning(): boolean {
-    return this.started;
+    return this.started && this.groups.size > 0;
+  }
+
+  /**
+   * Resolves once the consumers run: every group joined and took its first
+   * share of partitions (at once if they already run). With `autoStart`, that
+   * is shortly after bootstrap, or once Redis answers after a degraded start;
+   * with `autoStart: false`, after `start()`. Rejects if that start fails.
+   * Await it in tests instead of waiting for a partition to be taken.
+   */
+  whenRunning(): Promise<void> {
+    if (this.started) return Promise.resolve();
+    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (!this.options.autoStart || this.groups.size === 0) return;
+    if (this.options.allowDegradedStart) {
+      void this.start().catch((error: unknown) => this.logger.error(`Consumers could not start: ${describeError(error)}`));
+      return;
+    }
+    await this.start();
   }
 
   /** Joins every group and takes its fair share of partitions. Resolves once they are running. */
   start(): Promise<void> {
     this.starting ??= (async () => {
       await this.redis.whenPrepared();
-      if (this.groups.size === 0) return;
-      await this.signal.listen((group) => this.groups.get(group)?.requestRebalance());
-      await Promise.all([...this.groups.values()].map((g) => g.start()));
+      if (this.groups.size > 0) {
+        await this.signal.listen((group) => this.groups.get(group)?.requestRebalance());
+        await Promise.all([...this.groups.values()].map((g) => g.start()));
+        this.logger.log(`Consuming as ${this.identity.id}: ${this.describe()}`);
+      }
       this.started = true;
-      this.logger.log(`Consuming as ${this.identity.id}: ${this.describe()}`);
+      this.settleWaiters((waiter) => waiter.resolve());
     })().catch((error: unknown) => {
       this.starting = undefined;
+      this.settleWaiters((waiter) => waiter.reject(error));
       throw error;
     });
     return this.starting;
@@ -99,6 +125,12 @@ export class EventrailConsumers implements OnModuleDestroy {
 
   async onModuleDestroy(): Promise<void> {
     await this.stop();
+  }
+
+  private settleWaiters(settle: (waiter: { resolve: () => void; reject: (error: unknown) => void }) => void): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    waiters.forEach(settle);
   }
 
   private describe(): string {

@@ -1,4 +1,5 @@
 import type { EventrailMessage } from '../eventrail-message';
+import type { ResolvedConsumerOptions } from '../eventrail.options';
 
 /** One `@OnEvent` method bound to its provider instance. */
 export interface HandlerBinding {
@@ -9,3 +10,14 @@ export interface HandlerBinding {
 
 /** Handlers of one group, by event type. Several methods may handle the same event. */
 export type HandlerMap = ReadonlyMap<string, readonly HandlerBinding[]>;
+
+/**
+ * What the explorer hands over for one consumer group: its handlers, and its
+ * options resolved once (module `consumer`, then `groups.<name>`, then every
+ * `@OnEvent` of the group, each validated where it was written).
+ */
+export interface GroupPlan {
+  group: string;
+  handlers: HandlerMap;
+  options: ResolvedConsumerOptions;
+}

@@ -1,51 +1,42 @@
-import { Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
-import { Inject } from '@nestjs/common';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
-import type { HandlerBinding } from '../consumer/handler-binding';
+import type { GroupPlan, HandlerBinding } from '../consumer/group-plan';
 import type { OnEventDeclaration } from '../decorators/on-event.decorator';
 import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../eventrail.constants';
 import type { EventrailMessage } from '../eventrail-message';
-import { validateGroupName, type ResolvedEventrailOptions } from '../eventrail.options';
+import { resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../log/validate-event';
 
-interface GroupPlan {
+/** A group's plan while the explorer collects it: handlers by event, options resolved so far. */
+interface PlanDraft {
   handlers: Map<string, HandlerBinding[]>;
-  declared: Array<{ path: string; options: object }>;
+  options: GroupPlan['options'];
 }
 
 /**
- * Finds `@OnEvent` methods once every module is initialised, validates them
- * (failing startup with the class and method named), groups them by consumer
- * group and hands them to `EventrailConsumers`, which it then starts unless
- * `autoStart` is false.
+ * Finds `@OnEvent` methods once every provider exists (`onModuleInit`),
+ * validates them (failing startup with the class and method named), groups
+ * them by consumer group with each group's options resolved, and hands the
+ * plans to `EventrailConsumers`, which runs them.
  */
 @Injectable()
-export class EventrailExplorer implements OnApplicationBootstrap {
-  private readonly logger = new Logger(EventrailExplorer.name);
-
+export class EventrailExplorer implements OnModuleInit {
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly consumers: EventrailConsumers,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {}
 
-  async onApplicationBootstrap(): Promise<void> {
-    const plans = this.explore();
-    for (const [group, plan] of plans) this.consumers.register(group, plan.handlers, plan.declared);
-    if (!this.options.autoStart || plans.size === 0) return;
-    if (this.options.allowDegradedStart) {
-      void this.consumers.start().catch((error: unknown) => this.logger.error(`Consumers could not start: ${(error as Error).message}`));
-      return;
-    }
-    await this.consumers.start();
+  onModuleInit(): void {
+    for (const plan of this.explore()) this.consumers.register(plan);
   }
 
-  private explore(): Map<string, GroupPlan> {
-    const plans = new Map<string, GroupPlan>();
+  private explore(): GroupPlan[] {
+    const drafts = new Map<string, PlanDraft>();
     const seen = new Set<unknown>();
     for (const wrapper of [...this.discovery.getProviders(), ...this.discovery.getControllers()]) {
       const metatype = wrapper.metatype as { name?: string; prototype?: object } | null;
@@ -54,12 +45,12 @@ export class EventrailExplorer implements OnApplicationBootstrap {
       if (!declarations?.length) continue;
       seen.add(wrapper.instance ?? wrapper);
       const className = metatype.name ?? 'anonymous class';
-      for (const declaration of declarations) this.add(plans, wrapper, className, declaration);
+      for (const declaration of declarations) this.add(drafts, wrapper, className, declaration);
     }
-    return plans;
+    return [...drafts].map(([group, { handlers, options }]) => ({ group, handlers, options }));
   }
 
-  private add(plans: Map<string, GroupPlan>, wrapper: InstanceWrapper, className: string, d: OnEventDeclaration): void {
+  private add(drafts: Map<string, PlanDraft>, wrapper: InstanceWrapper, className: string, d: OnEventDeclaration): void {
     const member = String(d.member);
     if (!wrapper.isDependencyTreeStatic() || wrapper.isTransient) {
       throw new InvalidHandlerError(
@@ -78,16 +69,26 @@ export class EventrailExplorer implements OnApplicationBootstrap {
       if (error instanceof EventrailError) throw new InvalidHandlerError(className, member, error.message);
       throw error;
     }
+    const draft = this.draftOf(drafts, d.group);
+    // The decorator's options apply to the whole group, over the module's and `groups.<name>`.
+    if (Object.keys(d.options).length > 0) {
+      draft.options = resolveConsumerOptions(`@OnEvent on ${className}.${member}`, d.options, draft.options);
+    }
     const instance = wrapper.instance as Record<string | symbol, (message: EventrailMessage) => unknown>;
     const binding: HandlerBinding = { name: `${className}.${member}`, call: instance[d.member].bind(instance) };
-    const group = d.group as string;
-    let plan = plans.get(group);
-    if (!plan) plans.set(group, (plan = { handlers: new Map(), declared: [] }));
     for (const event of events as string[]) {
-      const list = plan.handlers.get(event) ?? [];
+      const list = draft.handlers.get(event) ?? [];
       if (!list.some((b) => b.name === binding.name)) list.push(binding);
-      plan.handlers.set(event, list);
+      draft.handlers.set(event, list);
     }
-    if (Object.keys(d.options).length > 0) plan.declared.push({ path: `@OnEvent on ${className}.${member}`, options: d.options });
+  }
+
+  private draftOf(drafts: Map<string, PlanDraft>, group: string): PlanDraft {
+    let draft = drafts.get(group);
+    if (!draft) {
+      const options = resolveConsumerOptions(`groups.${group}`, this.options.groups[group], this.options.consumer);
+      drafts.set(group, (draft = { handlers: new Map(), options }));
+    }
+    return draft;
   }
 }
