@@ -6,3 +6,5 @@ export const EVENTRAIL_RAW_OPTIONS = Symbol('EVENTRAIL_RAW_OPTIONS');
 export const ON_EVENT_METADATA = 'eventrail:on-event';
 /** How long all members of a group must have been gone before it counts as stale (pruning, retention), by default. */
 export const DEFAULT_STALE_GROUP_MS = 24 * 60 * 60 * 1000;
+/** Injection token under which `EventrailRetention` serves the admin service (`RetentionOperations`). */
+export const EVENTRAIL_RETENTION = Symbol('EVENTRAIL_RETENTION');

@@ -3,9 +3,9 @@ import { DiscoveryModule } from '@nestjs/core';
 import { EventrailAdmin } from './admin/eventrail-admin';
 import { EventrailConsumers } from './consumer/eventrail-consumers';
 import { EventrailExplorer } from './discovery/eventrail.explorer';
-import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS } from './eventrail.constants';
+import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS, EVENTRAIL_RETENTION } from './eventrail.constants';
 import { EventrailModuleAsyncOptions, EventrailModuleOptions, resolveModuleOptions } from './eventrail.options';
-import { EventrailPublisher } from './log/eventrail.publisher';
+import { EventrailPublisher } from './publisher/eventrail.publisher';
 import { EventrailRedis } from './redis/eventrail-redis';
 import { EventrailRetention } from './retention/eventrail-retention';
 
@@ -23,6 +23,7 @@ const providers: Provider[] = [
   EventrailAdmin,
   EventrailExplorer,
   EventrailRetention,
+  { provide: EVENTRAIL_RETENTION, useExisting: EventrailRetention },
 ];
 const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS, EventrailRetention];
 

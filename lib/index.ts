@@ -13,8 +13,8 @@ export { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from './eventrail.constants
 export { OnEvent } from './decorators/on-event.decorator';
 export type { OnEventGroupOptions } from './decorators/on-event.decorator';
 export type { EventrailMessage } from './eventrail-message';
-export { EventrailPublisher } from './log/eventrail.publisher';
-export type { PublishInput, PublishOptions, PublishResult } from './log/eventrail.publisher';
+export { EventrailPublisher } from './publisher/eventrail.publisher';
+export type { PublishInput, PublishOptions, PublishResult } from './publisher/eventrail.publisher';
 export { EventrailConsumers } from './consumer/eventrail-consumers';
 export type { GroupStats } from './consumer/group-stats';
 export { EventrailAdmin } from './admin/eventrail-admin';
@@ -34,11 +34,10 @@ export type {
   OffsetTarget,
   PartitionLogStats,
   PartitionStatus,
-  ProgressListener,
   ReadLogOptions,
+  DashboardOverview,
 } from './admin/admin.types';
-export type { DeadLetter } from './log/dead-letter.codec';
-export type { GiveUpReason } from './consumer/failed-message';
+export type { DeadLetter, GiveUpReason } from './log/dead-letter.codec';
 export { partitionForKey } from './log/partitioner';
 export { EventrailError } from './errors/eventrail.error';
 export { InvalidEventNameError } from './errors/invalid-event-name.error';
@@ -63,12 +62,12 @@ export type {
   ArchiveObject,
   ArchiveSource,
   PartitionRetentionResult,
+  ProgressListener,
   RetentionRunResult,
-} from './retention/retention.types';
+} from './eventrail.types';
 export { ScheduleModuleMissingError } from './errors/schedule-module-missing.error';
 export { MissingPeerDependencyError } from './errors/missing-peer-dependency.error';
 export { ArchiveFormatError } from './errors/archive-format.error';
 export { EventrailDashboardModule } from './dashboard/eventrail-dashboard.module';
 export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
-export type { DashboardOverview } from './dashboard/dashboard-api.controller';
 export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';

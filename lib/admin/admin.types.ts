@@ -1,3 +1,5 @@
+import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
+
 /** A live worker of a group. */
 export interface MemberStatus {
   workerId: string;
@@ -77,6 +79,18 @@ export interface NodeStatus {
   partitions: number[];
 }
 
+/** What `EventrailAdmin.overview()` gives: the dashboard's overview and the CLI's `status` in one read. */
+export interface DashboardOverview {
+  /** When it was read (this process's clock). */
+  time: Date;
+  prefix: string;
+  partitions: number;
+  redis: { status: string; pingMs: number; usedMemoryBytes: number | null };
+  nodes: NodeStatus[];
+  log: { partitions: PartitionLogStats[]; length: number; entriesAdded: number | null };
+  groups: GroupStatus[];
+}
+
 /** One entry of the log as `EventrailAdmin.readLog` and `follow` return it. */
 export interface LogEntry {
   partition: number;
@@ -133,9 +147,6 @@ export interface FollowOptions {
   onListening?: () => void;
 }
 
-/** Reports progress of long operations: `done` of `total` units (total is null when unknown). */
-export type ProgressListener = (done: number, total: number | null) => void;
-
 export interface DeadLetterPage {
   /**
    * Dead letters to return, 1 to 10000.
@@ -149,4 +160,15 @@ export interface DeadLetterPage {
    * @default false
    */
   newestFirst?: boolean;
+}
+
+/**
+ * What the admin service asks of retention. `EventrailRetention` provides it
+ * under `EVENTRAIL_RETENTION`, so admin never imports retention (which reads
+ * group facts through admin).
+ */
+export interface RetentionOperations {
+  runOnce(options: { onProgress?: ProgressListener }): Promise<RetentionRunResult>;
+  restoreArchive(group: string, source: ArchiveSource, options: { onProgress?: ProgressListener }): Promise<number>;
+  listArchives(options: { partition?: number }): Promise<ArchiveObject[]>;
 }

@@ -5,7 +5,8 @@ import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { isStreamId } from '../log/stream-id';
-import type { DeadLetterPage, ProgressListener } from './admin.types';
+import type { ProgressListener } from '../eventrail.types';
+import type { DeadLetterPage } from './admin.types';
 
 const PAGE = 500;
 /** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */

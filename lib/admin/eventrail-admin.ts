@@ -1,15 +1,15 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from '../eventrail.constants';
+import { RebalanceSignal } from '../consumer/rebalance-signal';
+import { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS, EVENTRAIL_RETENTION } from '../eventrail.constants';
 import type { ResolvedEventrailOptions } from '../eventrail.options';
+import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { UnknownGroupError } from '../errors/unknown-group.error';
 import type { DeadLetter } from '../log/dead-letter.codec';
 import { isStreamId, offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { EventrailRetention } from '../retention/eventrail-retention';
-import type { ArchiveObject, ArchiveSource, RetentionRunResult } from '../retention/retention.types';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
 import type {
+  DashboardOverview,
   DeadLetterPage,
   FollowOptions,
   GroupStatus,
@@ -21,10 +21,11 @@ import type {
   OffsetResetResult,
   OffsetTarget,
   PartitionLogStats,
-  ProgressListener,
   ReadLogOptions,
+  RetentionOperations,
 } from './admin.types';
 import { DeadLetterAdmin } from './dead-letters.admin';
+import { GroupFactsReader, isStale } from './group-facts.reader';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
 
@@ -36,29 +37,53 @@ import { LogReader } from './log.reader';
  */
 @Injectable()
 export class EventrailAdmin {
+  private readonly facts: GroupFactsReader;
   private readonly status: GroupStatusReader;
   private readonly letters: DeadLetterAdmin;
   private readonly log: LogReader;
+  private readonly rebalance: RebalanceSignal;
 
   constructor(
     private readonly redis: EventrailRedis,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
-    private readonly retention: EventrailRetention,
+    @Inject(EVENTRAIL_RETENTION) private readonly retention: RetentionOperations,
   ) {
-    this.status = new GroupStatusReader(redis);
+    this.facts = new GroupFactsReader(redis);
+    this.status = new GroupStatusReader(redis, this.facts);
     this.letters = new DeadLetterAdmin(redis, options);
     this.log = new LogReader(redis);
+    this.rebalance = new RebalanceSignal(redis);
   }
 
   /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
   async groups(): Promise<GroupStatus[]> {
-    const names = (await this.redis.client.smembers(this.redis.keys.groups)).sort();
+    const names = await this.facts.names();
     return Promise.all(names.map((name) => this.status.read(name)));
+  }
+
+  /**
+   * Everything a front end shows first, in one call: connection and ping,
+   * nodes, partition statistics with their sums, and every group's status.
+   */
+  async overview(): Promise<DashboardOverview> {
+    const [pingMs, stats, nodes, groups] = await Promise.all([this.ping(), this.stats(), this.nodes(), this.groups()]);
+    const length = stats.partitions.reduce((sum, p) => sum + p.length, 0);
+    const added = stats.partitions.map((p) => p.entriesAdded);
+    const entriesAdded = added.includes(null) ? null : (added as number[]).reduce((sum, n) => sum + n, 0);
+    return {
+      time: new Date(),
+      prefix: stats.prefix,
+      partitions: stats.partitions.length,
+      redis: { status: this.connectionStatus(), pingMs, usedMemoryBytes: stats.usedMemoryBytes },
+      nodes,
+      log: { partitions: stats.partitions, length, entriesAdded },
+      groups,
+    };
   }
 
   /** One group's status; `UnknownGroupError` if it never registered. */
   async group(name: string): Promise<GroupStatus> {
-    await this.assertGroup(name);
+    await this.facts.assertExists(name);
     return this.status.read(name);
   }
 
@@ -76,9 +101,9 @@ export class EventrailAdmin {
     to: OffsetTarget,
     { dryRun = false, force = false }: { dryRun?: boolean; force?: boolean } = {},
   ): Promise<OffsetResetResult> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     const { keys, client } = this.redis;
-    const live = (await this.status.read(group)).members.map((m) => m.workerId);
+    const live = await this.liveMembers(group);
     if (live.length > 0 && !force && !dryRun) throw new GroupHasLiveMembersError(group, live, 'reset the offsets');
     const changes: OffsetChange[] = [];
     for (let p = 0; p < keys.partitions; p++) {
@@ -97,36 +122,32 @@ export class EventrailAdmin {
         );
       }
       // Running workers find their leases gone now rather than at their next renewal.
-      await client.publish(keys.rebalanceChannel, group);
+      await this.rebalance.announce(group);
     }
     return { group, dryRun, partitions: changes };
   }
 
   /**
    * Removes groups whose members have all been gone longer than `staleMs`
-   * (default: `retention.staleGroupMs`, else 24 h), with
-   * their offsets, leases and marks (dead letters too), and returns their names.
-   * A group with a live member is never removed.
+   * (default: `retention.staleGroupMs`, else 24 h; judged on the Redis clock,
+   * as retention judges it), with their offsets, leases and marks (dead
+   * letters too), and returns their names. A group with a live member is
+   * never removed.
    */
   async pruneStaleGroups({ staleMs = this.options.retention?.staleGroupMs ?? DEFAULT_STALE_GROUP_MS }: { staleMs?: number } = {}): Promise<
     string[]
   > {
     if (!Number.isInteger(staleMs) || staleMs < 0) throw new InvalidOptionError('staleMs', staleMs, 'an integer number of milliseconds');
-    const now = Date.now();
-    const pruned: string[] = [];
-    for (const status of await this.groups()) {
-      const lastSeen = status.lastSeen?.getTime() ?? 0;
-      if (status.members.length > 0 || now - lastSeen <= staleMs) continue;
-      await this.removeGroup(status.name);
-      pruned.push(status.name);
-    }
-    return pruned;
+    const { now, groups } = await this.facts.readAll();
+    const stale = groups.filter((facts) => isStale(facts, staleMs, now)).map((facts) => facts.name);
+    for (const group of stale) await this.removeGroup(group);
+    return stale;
   }
 
   /** Deletes a group and everything it keeps in Redis. Refuses while it has live members unless `force`. */
   async deleteGroup(group: string, { force = false }: { force?: boolean } = {}): Promise<void> {
-    await this.assertGroup(group);
-    const live = (await this.status.read(group)).members.map((m) => m.workerId);
+    await this.facts.assertExists(group);
+    const live = await this.liveMembers(group);
     if (live.length > 0 && !force) throw new GroupHasLiveMembersError(group, live, 'delete');
     await this.removeGroup(group);
   }
@@ -195,19 +216,19 @@ export class EventrailAdmin {
    * `newestFirst`); pass the last `id` as `after` for the next page.
    */
   async deadLetters(group: string, page: DeadLetterPage = {}): Promise<DeadLetter[]> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     return this.letters.list(group, page);
   }
 
   /** One dead letter of a group by its id, or null when there is none (replayed, purged or never existed). */
   async deadLetter(group: string, id: string): Promise<DeadLetter | null> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     return this.letters.get(group, id);
   }
 
   /** How many dead letters a group has. */
   async deadLetterCount(group: string): Promise<number> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     return this.letters.count(group);
   }
 
@@ -222,7 +243,7 @@ export class EventrailAdmin {
     ids: readonly string[] | 'all',
     { onProgress }: { onProgress?: ProgressListener } = {},
   ): Promise<number> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     return this.letters.replay(group, ids, onProgress);
   }
 
@@ -272,7 +293,7 @@ export class EventrailAdmin {
 
   /** Deletes every dead letter of a group; returns how many there were. */
   async purgeDeadLetters(group: string): Promise<number> {
-    await this.assertGroup(group);
+    await this.facts.assertExists(group);
     return this.letters.purge(group);
   }
 
@@ -314,17 +335,14 @@ export class EventrailAdmin {
 
   private async removeGroup(group: string): Promise<void> {
     const { keys, client } = this.redis;
-    const doomed = [keys.members(group), keys.memberInfo(group), keys.events(group), keys.seen(group), keys.deadLetters(group)];
-    for (let p = 0; p < keys.partitions; p++) {
-      doomed.push(keys.offset(group, p), keys.lease(group, p), keys.epoch(group, p), keys.recovery(group, p), keys.done(group, p));
-    }
     // One key per command: the keys live in different cluster slots.
-    await Promise.all([...doomed.map((key) => client.del(key)), client.srem(keys.groups, group)]);
+    await Promise.all([...keys.groupKeys(group).map((key) => client.del(key)), client.srem(keys.groups, group)]);
   }
 
-  private async assertGroup(group: string): Promise<void> {
-    if (typeof group !== 'string' || !(await this.redis.client.sismember(this.redis.keys.groups, group))) {
-      throw new UnknownGroupError(String(group));
-    }
+  private async liveMembers(group: string): Promise<string[]> {
+    const {
+      groups: [facts],
+    } = await this.facts.read([group]);
+    return facts.members.map((m) => m.workerId);
   }
 }

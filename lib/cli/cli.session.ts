@@ -5,7 +5,7 @@ import { EventrailAdmin } from '../admin/eventrail-admin';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { EventrailModule } from '../eventrail.module';
 import { resolveModuleOptions } from '../eventrail.options';
-import { EventrailPublisher } from '../log/eventrail.publisher';
+import { EventrailPublisher } from '../publisher/eventrail.publisher';
 import { readLogPartitions } from '../log/log-meta';
 import type { RetentionOptions } from '../retention/retention.options';
 import { LogNotFoundError } from './errors/log-not-found.error';

@@ -1,5 +1,5 @@
 import { Presets, SingleBar } from 'cli-progress';
-import type { ProgressListener } from '../admin/admin.types';
+import type { ProgressListener } from '../eventrail.types';
 
 /**
  * A progress bar on stderr for long operations (replaying every dead letter,

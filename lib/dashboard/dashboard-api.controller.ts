@@ -1,6 +1,6 @@
 import { Body, Delete, Get, HttpCode, Inject, Injectable, NotFoundException, Options, Param, Post, Query } from '@nestjs/common';
 import { EventrailAdmin } from '../admin/eventrail-admin';
-import type { GroupStatus, LogEntry, LogPage, NodeStatus, PartitionLogStats } from '../admin/admin.types';
+import type { DashboardOverview, GroupStatus, LogEntry, LogPage } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../log/dead-letter.codec';
 import { DASHBOARD_OPTIONS } from './dashboard.constants';
@@ -10,16 +10,6 @@ import { PublicRoute, WriteRoute } from './dashboard-route.decorators';
 
 /** Newest dead letters shown as a group's recent errors. */
 const RECENT_ERRORS = 10;
-
-export interface DashboardOverview {
-  time: Date;
-  prefix: string;
-  partitions: number;
-  redis: { status: string; pingMs: number; usedMemoryBytes: number | null };
-  nodes: NodeStatus[];
-  log: { partitions: PartitionLogStats[]; length: number; entriesAdded: number | null };
-  groups: GroupStatus[];
-}
 
 /**
  * The dashboard's JSON API under `<path>/api`, a thin layer over
@@ -42,25 +32,8 @@ export class DashboardApiController {
   }
 
   @Get('overview')
-  async overview(): Promise<DashboardOverview> {
-    const [pingMs, stats, nodes, groups] = await Promise.all([
-      this.admin.ping(),
-      this.admin.stats(),
-      this.admin.nodes(),
-      this.admin.groups(),
-    ]);
-    const length = stats.partitions.reduce((sum, p) => sum + p.length, 0);
-    const added = stats.partitions.map((p) => p.entriesAdded);
-    const entriesAdded = added.includes(null) ? null : (added as number[]).reduce((sum, n) => sum + n, 0);
-    return {
-      time: new Date(),
-      prefix: stats.prefix,
-      partitions: stats.partitions.length,
-      redis: { status: this.admin.connectionStatus(), pingMs, usedMemoryBytes: stats.usedMemoryBytes },
-      nodes,
-      log: { partitions: stats.partitions, length, entriesAdded },
-      groups,
-    };
+  overview(): Promise<DashboardOverview> {
+    return this.admin.overview();
   }
 
   @Get('groups')

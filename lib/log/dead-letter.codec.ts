@@ -1,8 +1,22 @@
-import type { FailedMessage, GiveUpReason } from '../consumer/failed-message';
-import { FIELD, isMalformed } from './codec';
+import { FIELD, isMalformed, MalformedEntry, RawEntry } from './codec';
 
 /** Longest error stack kept in a dead letter. */
 const MAX_STACK = 2_000;
+
+/** Why a message was given up and dead-lettered. */
+export type GiveUpReason = 'retries-exhausted' | 'non-retryable' | 'malformed' | 'max-deliveries';
+
+/** What a dead letter records: the entry as read, where it was, and why and when handling it failed. */
+export interface DeadLetterRecord {
+  group: string;
+  partition: number;
+  entry: RawEntry | MalformedEntry;
+  reason: GiveUpReason;
+  error: unknown;
+  attempts: number;
+  firstFailedAt: Date;
+  lastFailedAt: Date;
+}
 
 /**
  * A dead letter as returned by `EventrailAdmin.deadLetters`. `id` is the
@@ -29,7 +43,7 @@ export interface DeadLetter {
 }
 
 /** Dead-letter stream fields: the original entry's fields under their own names, then the failure. */
-export function encodeDeadLetter(failed: FailedMessage, workerId: string): string[] {
+export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): string[] {
   const { entry } = failed;
   const fields: string[] = [];
   if (isMalformed(entry)) {

@@ -1,3 +1,11 @@
+/** Keys a group keeps in each partition's hash tag; `groupKeys` lists them all, so a delete cannot leave one behind. */
+const PARTITION_GROUP_KEYS = ['offset', 'lease', 'epoch', 'recovery', 'done'] as const;
+/** Keys a group keeps for itself, beside the partitions. */
+const GROUP_KEYS = ['members', 'info', 'events', 'seen', 'dlq'] as const;
+
+type PartitionGroupKey = (typeof PARTITION_GROUP_KEYS)[number];
+type GroupKey = (typeof GROUP_KEYS)[number];
+
 /**
  * The only place that knows Redis key names. Keys of one partition share the
  * hash tag `{<prefix>:<partition>}`, so every script touches a single cluster
@@ -30,17 +38,17 @@ export class EventrailKeys {
 
   /** Committed offset of a group in a partition: the stream id up to which everything is done. */
   offset(group: string, partition: number): string {
-    return `${this.tag(partition)}:offset:${group}`;
+    return this.partitionGroupKey('offset', group, partition);
   }
 
   /** Lease of a group's partition; the value is `<workerId>:<epoch>`. */
   lease(group: string, partition: number): string {
-    return `${this.tag(partition)}:lease:${group}`;
+    return this.partitionGroupKey('lease', group, partition);
   }
 
   /** Counter that gives every lease a fresh epoch. */
   epoch(group: string, partition: number): string {
-    return `${this.tag(partition)}:epoch:${group}`;
+    return this.partitionGroupKey('epoch', group, partition);
   }
 
   /**
@@ -49,12 +57,12 @@ export class EventrailKeys {
    * worker that then died (the crash-loop count).
    */
   recovery(group: string, partition: number): string {
-    return `${this.tag(partition)}:recovery:${group}`;
+    return this.partitionGroupKey('recovery', group, partition);
   }
 
   /** Idempotency done-marks of a group in a partition: event id scored by expiry (ms). */
   done(group: string, partition: number): string {
-    return `${this.tag(partition)}:done:${group}`;
+    return this.partitionGroupKey('done', group, partition);
   }
 
   /** Producer dedup mark of an event id in a partition; holds the offset of the first append. */
@@ -64,27 +72,27 @@ export class EventrailKeys {
 
   /** Live members of a group: sorted set of worker ids scored by heartbeat expiry (ms). */
   members(group: string): string {
-    return `${this.group(group)}:members`;
+    return this.groupKey('members', group);
   }
 
   /** Member details (host, pid, start time) by worker id, for the admin API. */
   memberInfo(group: string): string {
-    return `${this.group(group)}:info`;
+    return this.groupKey('info', group);
   }
 
   /** Event types a group has handlers for. */
   events(group: string): string {
-    return `${this.group(group)}:events`;
+    return this.groupKey('events', group);
   }
 
   /** Unix ms of the latest heartbeat of any member: how long a group without members has been gone. */
   seen(group: string): string {
-    return `${this.group(group)}:seen`;
+    return this.groupKey('seen', group);
   }
 
   /** Dead-letter stream of a group. */
   deadLetters(group: string): string {
-    return `${this.group(group)}:dlq`;
+    return this.groupKey('dlq', group);
   }
 
   /** Lock that lets one instance of the fleet run a retention cycle at a time; holds the owner's token. */
@@ -97,8 +105,19 @@ export class EventrailKeys {
     return `${this.tag(partition)}:archived`;
   }
 
-  private group(group: string): string {
-    return `${this.prefix}:group:{${group}}`;
+  /** Every key `group` keeps, in every partition: what deleting the group removes (the log itself stays). */
+  groupKeys(group: string): string[] {
+    const keys: string[] = GROUP_KEYS.map((kind) => this.groupKey(kind, group));
+    for (let p = 0; p < this.partitions; p++) for (const kind of PARTITION_GROUP_KEYS) keys.push(this.partitionGroupKey(kind, group, p));
+    return keys;
+  }
+
+  private groupKey(kind: GroupKey, group: string): string {
+    return `${this.prefix}:group:{${group}}:${kind}`;
+  }
+
+  private partitionGroupKey(kind: PartitionGroupKey, group: string, partition: number): string {
+    return `${this.tag(partition)}:${kind}:${group}`;
   }
 
   private tag(partition: number): string {

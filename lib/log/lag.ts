@@ -1,4 +1,4 @@
-import type { EventrailRedis } from '../redis/eventrail-redis';
+import type { Cluster, Redis } from 'ioredis';
 import { STREAM_START } from './stream-id';
 
 /**
@@ -24,38 +24,37 @@ interface Side {
  * started) is still exact. Capped only when both sides pass `cap`.
  */
 export async function countEntriesAfter(
-  redis: EventrailRedis,
-  partition: number,
+  client: Redis | Cluster,
+  stream: string,
   after: string,
   cap = LAG_COUNT_CAP,
 ): Promise<{ lag: number; capped: boolean }> {
-  const stream = redis.keys.stream(partition);
   // Nothing committed yet: every entry is after the offset.
-  if (after === STREAM_START) return { lag: await redis.client.xlen(stream), capped: false };
+  if (after === STREAM_START) return { lag: await client.xlen(stream), capped: false };
   const forward: Side = { count: 0, from: `(${after}`, done: false };
-  await readPage(redis, stream, forward, '+', cap);
+  await readPage(client, stream, forward, '+', cap);
   if (forward.done) return { lag: forward.count, capped: false };
 
   for (let attempt = 0; attempt < 2; attempt++) {
     const backward: Side = { count: 0, from: '-', done: false };
     // The length and the first entry together: a trim during the count changes the first entry.
-    const snapshot = lengthAndFirst(redis, stream);
+    const snapshot = lengthAndFirst(client, stream);
     snapshot.catch(() => undefined); // awaited below, or not needed when the forward count ends first
     while (forward.count < cap || backward.count < cap) {
-      await Promise.all([readPage(redis, stream, forward, '+', cap), readPage(redis, stream, backward, after, cap)]);
+      await Promise.all([readPage(client, stream, forward, '+', cap), readPage(client, stream, backward, after, cap)]);
       if (forward.done) return { lag: forward.count, capped: false };
       if (backward.done) break;
     }
     const { length, first } = await snapshot;
     if (!backward.done) return { lag: forward.count, capped: true };
     // Counted against the same history as the length: exact. Else retention trimmed meanwhile; count again.
-    if ((await lengthAndFirst(redis, stream)).first === first) return { lag: Math.max(0, length - backward.count), capped: false };
+    if ((await lengthAndFirst(client, stream)).first === first) return { lag: Math.max(0, length - backward.count), capped: false };
   }
   return { lag: forward.count, capped: true };
 }
 
-async function lengthAndFirst(redis: EventrailRedis, stream: string): Promise<{ length: number; first: string | null }> {
-  const replies = await redis.client.multi().xlen(stream).xrange(stream, '-', '+', 'COUNT', 1).exec();
+async function lengthAndFirst(client: Redis | Cluster, stream: string): Promise<{ length: number; first: string | null }> {
+  const replies = await client.multi().xlen(stream).xrange(stream, '-', '+', 'COUNT', 1).exec();
   const [lengthReply, firstReply] = replies ?? [];
   if (!lengthReply || lengthReply[0] || !firstReply || firstReply[0])
     throw lengthReply?.[0] ?? firstReply?.[0] ?? new Error('MULTI aborted');
@@ -64,12 +63,12 @@ async function lengthAndFirst(redis: EventrailRedis, stream: string): Promise<{ 
 }
 
 /** Counts one more page of a side, up to `cap`; `done` once the range has no more entries. */
-async function readPage(redis: EventrailRedis, stream: string, side: Side, end: string, cap: number): Promise<void> {
+async function readPage(client: Redis | Cluster, stream: string, side: Side, end: string, cap: number): Promise<void> {
   if (side.done || side.count >= cap) return;
   const want = Math.min(PAGE, cap - side.count);
-  const page = await redis.client.xrange(stream, side.from, end, 'COUNT', want);
+  const page = await client.xrange(stream, side.from, end, 'COUNT', want);
   side.count += page.length;
   if (page.length < want) side.done = true;
-  else if (side.count >= cap) side.done = (await redis.client.xrange(stream, `(${page[page.length - 1][0]}`, end, 'COUNT', 1)).length === 0;
+  else if (side.count >= cap) side.done = (await client.xrange(stream, `(${page[page.length - 1][0]}`, end, 'COUNT', 1)).length === 0;
   else side.from = `(${page[page.length - 1][0]}`;
 }

@@ -7,10 +7,10 @@ import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { eventrailPipeline } from '../scripts/scripts';
-import { encodeFields } from './codec';
-import { newEventId } from './event-id';
-import { partitionForKey } from './partitioner';
-import { validateEventName, validateHeaders, validateJsonData } from './validate-event';
+import { encodeFields } from '../log/codec';
+import { newEventId } from '../log/event-id';
+import { partitionForKey } from '../log/partitioner';
+import { validateEventName, validateHeaders, validateJsonData } from '../log/validate-event';
 
 export interface PublishOptions {
   /** Ordering key: events with the same key go to the same partition and are handled in publish order. */

@@ -1,4 +1,3 @@
-import type { ProgressListener } from '../admin/admin.types';
 import { Logger } from '@nestjs/common';
 import { ArchiveFormatError } from '../errors/archive-format.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
@@ -8,7 +7,7 @@ import { compareStreamIds, isStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { ArchivedEntry, decodeArchive, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
-import type { ArchiveObject, ArchiveSource } from './retention.types';
+import type { ArchiveObject, ArchiveSource, ProgressListener } from '../eventrail.types';
 
 const PAGE = 500;
 const MAX_SEQ = '18446744073709551615';

@@ -1,21 +1,28 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { UnknownGroupError } from '../errors/unknown-group.error';
+import { GroupFactsReader } from '../admin/group-facts.reader';
+import type { RetentionOperations } from '../admin/admin.types';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import { describeError } from '../util/describe-error';
 import type { ArchiveSink } from './archive/archive-sink';
 import { createArchiveSink } from './archive/create-archive-sink';
 import { ArchiveRestorer } from './archive-restorer';
 import { RetentionCycle } from './retention-cycle';
 import { RetentionLock } from './retention-lock';
-import type { ProgressListener } from '../admin/admin.types';
+import type { ResolvedRetentionOptions } from './retention.options';
 import { RetentionJob, RetentionScheduler } from './retention.scheduler';
-import type { ArchiveObject, ArchiveSource, RetentionRunResult } from './retention.types';
+import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
 
 /** TTL of the fleet-wide retention lock; extended after every partition and archive object. */
 const LOCK_TTL_MS = 60_000;
+
+/** What retention reads of the module options (`ResolvedEventrailOptions` has it). */
+interface RetentionModuleOptions {
+  prefix: string;
+  retention?: ResolvedRetentionOptions;
+}
 
 /**
  * Scheduled retention (module option `retention`): registers the cycle in the
@@ -23,7 +30,7 @@ const LOCK_TTL_MS = 60_000;
  * in the fleet, and restores archived entries for one group.
  */
 @Injectable()
-export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy {
+export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy, RetentionOperations {
   private readonly logger = new Logger(EventrailRetention.name);
   private scheduler?: RetentionScheduler;
   private job?: RetentionJob;
@@ -31,12 +38,15 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
   private cycle?: RetentionCycle;
   private inFlight?: Promise<RetentionRunResult>;
   private stopping = false;
+  private readonly facts: GroupFactsReader;
 
   constructor(
     private readonly redis: EventrailRedis,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: RetentionModuleOptions,
     private readonly moduleRef: ModuleRef,
-  ) {}
+  ) {
+    this.facts = new GroupFactsReader(redis);
+  }
 
   /** The job's name in `SchedulerRegistry`. */
   get jobName(): string {
@@ -49,7 +59,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
     // A missing scheduler or archive package fails startup, not the first cycle an hour later.
     if (retention.enabled) this.scheduler = await RetentionScheduler.resolve(this.moduleRef);
     if (retention.archive) this.sink = await createArchiveSink(retention.archive);
-    this.cycle = new RetentionCycle(this.redis, retention, this.sink);
+    this.cycle = new RetentionCycle(this.redis, this.facts, retention, this.sink);
   }
 
   onApplicationBootstrap(): void {
@@ -97,9 +107,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
    */
   async restoreArchive(group: string, source: ArchiveSource, { onProgress }: { onProgress?: ProgressListener } = {}): Promise<number> {
     const restorer = this.restorer();
-    if (typeof group !== 'string' || !(await this.redis.client.sismember(this.redis.keys.groups, group))) {
-      throw new UnknownGroupError(String(group));
-    }
+    await this.facts.assertExists(group);
     return restorer.restore(group, source, onProgress);
   }
 
@@ -114,7 +122,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
       this.logger.debug('Retention: the previous cycle is still running; skipping this tick');
       return;
     }
-    void this.runOnce().catch((error: unknown) => this.logger.error(`Retention cycle failed: ${(error as Error).message}`));
+    void this.runOnce().catch((error: unknown) => this.logger.error(`Retention cycle failed: ${describeError(error)}`));
   }
 
   private async runLocked(cycle: RetentionCycle, onProgress?: ProgressListener): Promise<RetentionRunResult> {
@@ -127,9 +135,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
     try {
       return { ran: true, ...(await cycle.run(lock, () => this.stopping, onProgress)) };
     } finally {
-      await lock
-        .release()
-        .catch((error: unknown) => this.logger.warn(`Retention lock not released (${(error as Error).message}); it expires`));
+      await lock.release().catch((error: unknown) => this.logger.warn(`Retention lock not released (${describeError(error)}); it expires`));
     }
   }
 

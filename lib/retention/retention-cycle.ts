@@ -1,12 +1,11 @@
-import type { ProgressListener } from '../admin/admin.types';
 import { Logger } from '@nestjs/common';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { archiveName, encodeArchive } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
-import { GroupHold, readGroupHolds } from './group-holds.reader';
+import { GroupFacts, GroupFactsReader, isStale } from '../admin/group-facts.reader';
 import type { RetentionLock } from './retention-lock';
 import { RETENTION_DEFAULTS, ResolvedRetentionOptions } from './retention.options';
-import type { ArchivedRange, PartitionRetentionResult, RetentionRunResult } from './retention.types';
+import type { ArchivedRange, PartitionRetentionResult, ProgressListener, RetentionRunResult } from '../eventrail.types';
 import { capMinId, minIdForAge, nextStreamId, requestedMinId } from './trim-point';
 
 /** Entries read per round trip while looking for the `maxLen` boundary (they carry their payloads). */
@@ -25,15 +24,17 @@ export class RetentionCycle {
 
   constructor(
     private readonly redis: EventrailRedis,
+    private readonly facts: GroupFactsReader,
     private readonly options: ResolvedRetentionOptions,
     private readonly sink: ArchiveSink | undefined,
   ) {}
 
   async run(lock: RetentionLock, stopping: () => boolean, onProgress?: ProgressListener): Promise<Omit<RetentionRunResult, 'ran'>> {
-    const { now, groups } = await readGroupHolds(this.redis, this.options.staleGroupMs);
-    const staleGroups = groups.filter((g) => !g.live).map((g) => g.group);
+    const { now, groups } = await this.facts.readAll();
+    const stale = (g: GroupFacts): boolean => isStale(g, this.options.staleGroupMs, now);
+    const staleGroups = groups.filter(stale).map((g) => g.name);
     this.reportStale(staleGroups);
-    const live = groups.filter((g) => g.live);
+    const live = groups.filter((g) => !stale(g));
     const partitions: PartitionRetentionResult[] = [];
     for (let p = 0; p < this.redis.keys.partitions && !stopping(); p++) {
       partitions.push(await this.partition(p, now, live, lock));
@@ -43,11 +44,11 @@ export class RetentionCycle {
         break;
       }
     }
-    const deadLetters = stopping() ? [] : await this.trimDeadLetters(groups.map((g) => g.group));
+    const deadLetters = stopping() ? [] : await this.trimDeadLetters(groups.map((g) => g.name));
     return { staleGroups, partitions, deadLetters };
   }
 
-  private async partition(partition: number, now: number, live: GroupHold[], lock: RetentionLock): Promise<PartitionRetentionResult> {
+  private async partition(partition: number, now: number, live: GroupFacts[], lock: RetentionLock): Promise<PartitionRetentionResult> {
     const { client, keys } = this.redis;
     const { maxAgeMs, maxLen } = this.options;
     const stream = keys.stream(partition);
@@ -57,7 +58,7 @@ export class RetentionCycle {
     ]);
     const { minId, heldBackBy } = capMinId(
       requested,
-      live.map((g) => ({ group: g.group, committed: g.committed[partition] })),
+      live.map((g) => ({ group: g.name, committed: g.committed[partition] })),
     );
     const result: PartitionRetentionResult = { partition, requestedMinId: requested, minId, heldBackBy, archived: [], trimmed: 0 };
     if (heldBackBy.length > 0) {

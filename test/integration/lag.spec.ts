@@ -11,7 +11,8 @@ describe('lag counting', () => {
   let prefix: string;
   let app: INestApplicationContext;
   let offsets: string[];
-  const count = (after: string): Promise<{ lag: number; capped: boolean }> => countEntriesAfter(app.get(EventrailRedis), 0, after, 10); // a cap of 10, so both sides pass it quickly
+  const count = (after: string): Promise<{ lag: number; capped: boolean }> =>
+    countEntriesAfter(app.get(EventrailRedis).client, app.get(EventrailRedis).keys.stream(0), after, 10); // a cap of 10, so both sides pass it quickly
 
   beforeAll(async () => {
     redis = new Redis(testRedisUrl());

@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import type { ArchiveSource } from '../../retention/retention.types';
+import type { ArchiveSource } from '../../eventrail.types';
 import { retentionOptionsFromEnv } from '../../retention/retention-env';
 import { parseCount, parseIdOrTime, parseNonNegative, parseStreamId } from '../argument.parser';
 import type { CliRunner } from '../cli.runner';

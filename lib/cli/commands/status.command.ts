@@ -46,17 +46,17 @@ export function registerStatusCommand(program: Command, runner: CliRunner): void
       runner.action(async (ctx) => {
         const session = await ctx.open();
         const { admin } = session;
-        const [pingMs, nodes, stats, groups] = await Promise.all([admin.ping(), admin.nodes(), admin.stats(), admin.groups()]);
+        const overview = await admin.overview();
         const report: StatusReport = {
           redis: session.redis,
           cluster: session.cluster,
-          prefix: stats.prefix,
-          connection: admin.connectionStatus(),
-          pingMs: Math.round(pingMs * 100) / 100,
-          usedMemoryBytes: stats.usedMemoryBytes,
-          nodes,
-          partitions: stats.partitions,
-          groups: groups.map((g) => ({
+          prefix: overview.prefix,
+          connection: overview.redis.status,
+          pingMs: Math.round(overview.redis.pingMs * 100) / 100,
+          usedMemoryBytes: overview.redis.usedMemoryBytes,
+          nodes: overview.nodes,
+          partitions: overview.log.partitions,
+          groups: overview.groups.map((g) => ({
             name: g.name,
             members: g.members.length,
             lag: g.lag,
@@ -65,18 +65,19 @@ export function registerStatusCommand(program: Command, runner: CliRunner): void
             lastSeen: g.lastSeen,
           })),
         };
-        ctx.output.result(report, () => renderStatus(report));
+        ctx.output.result(report, () => renderStatus(report, overview.log.length));
       }),
     );
 }
 
-function renderStatus(report: StatusReport): string {
+/** `entries`: the log's length, summed over partitions. */
+function renderStatus(report: StatusReport, entries: number): string {
   const sections = [
     formatFields([
       ['Redis', `${report.redis} (${report.cluster ? 'cluster, ' : ''}${report.connection}, ping ${report.pingMs} ms)`],
       ['Prefix', report.prefix],
       ['Partitions', report.partitions.length],
-      ['Entries', report.partitions.reduce((sum, p) => sum + p.length, 0)],
+      ['Entries', entries],
       ['Memory', formatBytes(report.usedMemoryBytes)],
     ]),
     formatTable(report.nodes, [

@@ -1,7 +1,7 @@
 import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import { ArchiveFormatError } from '../../errors/archive-format.error';
-import type { ArchiveObject } from '../retention.types';
+import type { ArchiveObject } from '../../eventrail.types';
 
 /**
  * The archive format: one gzipped JSONL object per range of consecutive
