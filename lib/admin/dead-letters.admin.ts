@@ -1,7 +1,8 @@
 import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { FIELD } from '../log/codec';
-import { DeadLetter, decodeDeadLetter } from '../log/dead-letter.codec';
+import { isMalformed } from '../log/codec';
+import { DeadLetter, decodeDeadLetter, originalEntry } from '../log/dead-letter.codec';
+import { redeliver, Redelivery } from '../log/redelivery';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { isStreamId } from '../log/stream-id';
@@ -9,8 +10,6 @@ import type { ProgressListener } from '../eventrail.types';
 import type { DeadLetterPage } from './admin.types';
 
 const PAGE = 500;
-/** Fields of the original entry kept in a dead letter, re-appended as they were on replay. */
-const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
 /**
  * Dead letters of a group: list, replay (to the group that dead-lettered them,
@@ -102,48 +101,20 @@ export class DeadLetterAdmin {
   private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
     if (page.length === 0) return 0;
     const { keys, client } = this.redis;
-    // One pipeline per partition: on Redis Cluster a pipeline may only touch one slot, and each partition has its own.
-    const byPartition = new Map<number, Array<{ id: string; original: string[] }>>();
-    for (const [id, fields] of page) {
-      const { partition, original } = this.replayFields(fields);
-      const entries = byPartition.get(partition) ?? [];
-      entries.push({ id, original });
-      byPartition.set(partition, entries);
-    }
-    const appendedPerPartition = await Promise.all(
-      [...byPartition].map(async ([partition, entries]) => {
-        const pipeline = client.pipeline();
-        for (const { original } of entries) pipeline.xadd(keys.stream(partition), '*', ...original, FIELD.to, group);
-        const replies = (await pipeline.exec()) ?? [];
-        // Only what was appended leaves the dead-letter stream.
-        return entries.filter((_, i) => !replies[i]?.[0]).map(({ id }) => id);
-      }),
-    );
-    const appended = appendedPerPartition.flat();
+    const letters = page.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    const failures = await redeliver(client, keys, group, letters);
+    // Only what was appended leaves the dead-letter stream.
+    const appended = letters.filter((_, i) => failures[i] === null).map(({ id }) => id);
     if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
     return appended.length;
   }
 
-  private replayFields(fields: string[]): { partition: number; original: string[] } {
-    const original: string[] = [];
-    let key: string | undefined;
-    let partition = 0;
-    let raw: string | undefined;
-    for (let i = 0; i + 1 < fields.length; i += 2) {
-      const [name, value] = [fields[i], fields[i + 1]];
-      if (ORIGINAL_FIELDS.has(name)) original.push(name, value);
-      if (name === FIELD.key) key = value;
-      if (name === 'partition') partition = Number(value);
-      if (name === 'raw') raw = value;
-    }
-    // A malformed entry goes back exactly as it came (and will be dead-lettered again unless fixed at the source).
-    if (raw !== undefined) {
-      const rawFields = JSON.parse(raw) as string[];
-      for (let i = 0; i + 1 < rawFields.length; i += 2) if (rawFields[i] !== FIELD.to) original.push(rawFields[i], rawFields[i + 1]);
-    }
+  /** The original entry, back to the partition its key maps to (a keyless one to where it was). */
+  private replayTarget(fields: string[]): Redelivery {
+    const { entry, partition } = originalEntry(fields);
     const partitions = this.options.partitions;
-    if (key !== undefined) partition = partitionForKey(key, partitions);
-    else if (!(partition >= 0 && partition < partitions)) partition = 0;
-    return { partition, original };
+    const key = isMalformed(entry) ? null : entry.key;
+    if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
+    return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
   }
 }

@@ -28,6 +28,7 @@ import { DeadLetterAdmin } from './dead-letters.admin';
 import { GroupFactsReader, isStale } from './group-facts.reader';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
+import { describeError } from '../util/describe-error';
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -303,7 +304,7 @@ export class EventrailAdmin {
       reply = (await this.redis.client.xinfo('STREAM', stream)) as unknown[];
     } catch (error) {
       // A partition nobody published to yet has no stream key.
-      if (/no such key/i.test((error as Error).message)) return { partition, length: 0, firstId: null, lastId: null, entriesAdded: 0 };
+      if (/no such key/i.test(describeError(error))) return { partition, length: 0, firstId: null, lastId: null, entriesAdded: 0 };
       throw error;
     }
     const info = new Map<string, unknown>();

@@ -1,4 +1,5 @@
-import { decodePayload, DecodeError, isMalformed, readEntry } from '../log/codec';
+import { DecodeError } from '../errors/decode.error';
+import { decodePayload, isMalformed, readEntry } from '../log/codec';
 import type { LogEntry } from './admin.types';
 
 /** A stream entry as the admin service shows it: decoded when it can be, with the reason when it cannot. */

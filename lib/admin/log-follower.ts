@@ -1,4 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
+import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { FollowOptions, LogEntry } from './admin.types';
 import { toLogEntry } from './log-entry';
@@ -7,12 +8,6 @@ import { toLogEntry } from './log-entry';
 const READ_COUNT = 500;
 /** Readers stop reading while this many entries wait for the consumer, and go on below half of it. */
 const HIGH_WATER = 2_000;
-/**
- * A blocked read is re-sent this often, like the consumers': a half-open
- * connection then fails within this time instead of hanging the tail.
- */
-const BLOCK_MS = 10_000;
-type XReadReply = Array<[string, Array<[string, string[]]>]> | null;
 
 /**
  * The live tail behind `EventrailAdmin.follow`: every partition from where

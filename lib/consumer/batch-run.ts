@@ -5,6 +5,7 @@ import type { GroupStats } from './group-stats';
 import { HANDLED, MessageProcessor, Outcome } from './message-processor';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
+import { describeError, errorStack } from '../util/describe-error';
 
 type Entry = RawEntry | MalformedEntry;
 
@@ -169,8 +170,8 @@ export class BatchRun {
 
   private reportFailure(index: number, error: unknown): void {
     BatchRun.logger.error(
-      `Could not finish entry ${this.entries[index].offset} of partition ${this.context.partition}: ${(error as Error).message}`,
-      (error as Error).stack,
+      `Could not finish entry ${this.entries[index].offset} of partition ${this.context.partition}: ${describeError(error)}`,
+      errorStack(error),
     );
   }
 }

@@ -3,8 +3,11 @@ import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { NonRetryableError } from '../errors/non-retryable.error';
-import { decodePayload, DecodeError, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
+import { CrashLoopError } from '../errors/crash-loop.error';
+import { DecodeError } from '../errors/decode.error';
+import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
+import { withTimeout } from '../util/timeout';
 import { retryDelayMs } from './backoff';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
@@ -77,10 +80,7 @@ export class MessageProcessor {
 
   /** Dead-letters the entry after the committed offset without handling it: it crashed the process `deliveries` times. */
   giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<Outcome> {
-    const error = new Error(
-      `delivered ${deliveries} times to workers that died before finishing it (maxDeliveries ${this.options.maxDeliveries})`,
-    );
-    error.name = 'CrashLoopError';
+    const error = new CrashLoopError(deliveries, this.options.maxDeliveries);
     return this.giveUp(entry, partition, 'max-deliveries', error, deliveries, new Date());
   }
 
@@ -159,15 +159,13 @@ export class MessageProcessor {
       await handler.call(message);
       return;
     }
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new HandlerTimeoutError(handler.name, timeoutMs)), timeoutMs);
-    });
-    try {
-      await Promise.race([Promise.resolve().then(() => handler.call(message)), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await withTimeout(
+      Promise.resolve().then(() => handler.call(message)),
+      timeoutMs,
+      () => {
+        throw new HandlerTimeoutError(handler.name, timeoutMs);
+      },
+    );
   }
 
   private message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {

@@ -6,7 +6,7 @@ import { compareStreamIds } from '../log/stream-id';
 import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { describeError } from '../util/describe-error';
+import { describeError, errorStack } from '../util/describe-error';
 import { withTimeout } from '../util/timeout';
 import { BatchContext, BatchRun } from './batch-run';
 import type { GroupStats } from './group-stats';
@@ -105,7 +105,7 @@ export class PartitionWorker {
   start(onEnd: (worker: PartitionWorker) => void): void {
     this.connection = this.params.redis.duplicate();
     this.loop = this.run().catch((error: unknown) => {
-      this.logger.error(`${this.describe()} stopped on an unexpected error: ${describeError(error)}`, (error as Error).stack);
+      this.logger.error(`${this.describe()} stopped on an unexpected error: ${describeError(error)}`, errorStack(error));
       this.abort();
     });
     void this.loop.finally(() => onEnd(this));

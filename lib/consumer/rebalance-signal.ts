@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { describeError } from '../util/describe-error';
 
 /**
  * Pub/sub between the workers of all groups: a worker that joins, leaves or
@@ -29,7 +30,7 @@ export class RebalanceSignal {
       await this.redis.client.publish(this.redis.keys.rebalanceChannel, group);
     } catch (error) {
       // The others rebalance at their next heartbeat anyway.
-      this.logger.debug(`Could not announce a rebalance of "${group}": ${(error as Error).message}`);
+      this.logger.debug(`Could not announce a rebalance of "${group}": ${describeError(error)}`);
     }
   }
 

@@ -1,3 +1,5 @@
+import { DecodeError } from '../errors/decode.error';
+
 /**
  * The wire format: one stream entry is a flat list of fields. Only `event` and
  * `data` are required, so a producer in any language can append an event with
@@ -41,6 +43,25 @@ export function encodeFields(e: EncodedEvent): string[] {
   if (e.headers !== undefined) fields.push(FIELD.headers, e.headers);
   if (e.to !== undefined) fields.push(FIELD.to, e.to);
   return fields;
+}
+
+/**
+ * The fields that re-deliver `entry` to `group` alone, replacing any `to` it
+ * had. A well-formed entry is written by `encodeFields` with its event id and
+ * publish time spelled out, since its new stream id says neither; a malformed
+ * one goes back exactly as it came (and is dead-lettered again unless fixed
+ * at the source).
+ */
+export function redeliveryFields(entry: RawEntry | MalformedEntry, group: string): string[] {
+  if (isMalformed(entry)) {
+    const fields: string[] = [];
+    for (let i = 0; i + 1 < entry.fields.length; i += 2)
+      if (entry.fields[i] !== FIELD.to) fields.push(entry.fields[i], entry.fields[i + 1]);
+    fields.push(FIELD.to, group);
+    return fields;
+  }
+  const { id, event, key, time, data, headers } = entry;
+  return encodeFields({ id, event, key: key ?? undefined, time, data, headers, to: group });
 }
 
 /** An entry as read from the stream, with its payload still undecoded. */
@@ -135,9 +156,4 @@ export function decodePayload(entry: RawEntry): { data: unknown; headers: Record
     if (typeof value !== 'string') throw new DecodeError('field "headers" has a value that is not a string');
   }
   return { data, headers: headers as Record<string, string> };
-}
-
-/** An entry whose payload cannot be decoded; retrying cannot help. */
-export class DecodeError extends Error {
-  override name = 'DecodeError';
 }

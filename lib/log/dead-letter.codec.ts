@@ -1,7 +1,9 @@
-import { FIELD, isMalformed, MalformedEntry, RawEntry } from './codec';
+import { FIELD, isMalformed, MalformedEntry, RawEntry, readEntry } from './codec';
 
 /** Longest error stack kept in a dead letter. */
 const MAX_STACK = 2_000;
+/** Fields of the original entry kept in a dead letter under their own names. */
+const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
 /** Why a message was given up and dead-lettered. */
 export type GiveUpReason = 'retries-exhausted' | 'non-retryable' | 'malformed' | 'max-deliveries';
@@ -81,9 +83,24 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
   return fields;
 }
 
+/**
+ * The entry a dead letter was made from, as consumers read it, and the
+ * partition it was in: what a replay appends again. A malformed entry comes
+ * back with exactly the fields it had.
+ */
+export function originalEntry(list: string[]): { entry: RawEntry | MalformedEntry; partition: number } {
+  const f = fieldMap(list);
+  const partition = Number(f.partition);
+  if (f.raw !== undefined) {
+    return { entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed' }, partition };
+  }
+  const original: string[] = [];
+  for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
+  return { entry: readEntry(f.offset, original), partition };
+}
+
 export function decodeDeadLetter(id: string, list: string[]): DeadLetter {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < list.length; i += 2) f[list[i]] = list[i + 1];
+  const f = fieldMap(list);
   let data: unknown = f.data ?? f.raw ?? null;
   if (typeof data === 'string') {
     try {
@@ -115,4 +132,10 @@ export function decodeDeadLetter(id: string, list: string[]): DeadLetter {
     failedAt: new Date(Number(f.lastFailedAt)),
     worker: f.worker,
   };
+}
+
+function fieldMap(list: string[]): Record<string, string> {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < list.length; i += 2) f[list[i]] = list[i + 1];
+  return f;
 }

@@ -1,7 +1,8 @@
 /** Helpers for Redis stream ids (`<ms>-<seq>`). Offsets are exclusive: the id of the last entry done. */
 
 export const STREAM_START = '0-0';
-const MAX_SEQ = '18446744073709551615';
+/** The largest part of a stream id (64 bits unsigned): `<ms>-MAX_SEQ` is the last id of a millisecond. */
+export const MAX_SEQ = '18446744073709551615';
 const MAX_PART = BigInt(MAX_SEQ);
 const SHAPE = /^\d{1,20}-\d{1,20}$/;
 
@@ -18,6 +19,12 @@ export function previousStreamId(id: string): string {
   if (seq > 0n) return `${ms}-${seq - 1n}`;
   if (ms > 0n) return `${ms - 1n}-${MAX_SEQ}`;
   return STREAM_START;
+}
+
+/** The smallest id after `id`. */
+export function nextStreamId(id: string): string {
+  const [ms, seq] = splitId(id);
+  return seq < MAX_PART ? `${ms}-${seq + 1n}` : `${ms + 1n}-0`;
 }
 
 /** The offset that makes a group start at the first entry published at or after `time`. */

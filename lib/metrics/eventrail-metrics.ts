@@ -1,4 +1,5 @@
 import { Logger } from '@nestjs/common';
+import { describeError, errorStack } from '../util/describe-error';
 
 /** Why an entry was passed over without a handler call. */
 export type SkipReason = 'duplicate' | 'no-handler';
@@ -49,7 +50,7 @@ export class MetricsHooks {
     } catch (error) {
       if (this.reported.has(hook)) return;
       this.reported.add(hook);
-      this.logger.error(`metrics.${hook} threw (reported once, consuming goes on): ${(error as Error).message}`, (error as Error).stack);
+      this.logger.error(`metrics.${hook} threw (reported once, consuming goes on): ${describeError(error)}`, errorStack(error));
     }
   }
 }

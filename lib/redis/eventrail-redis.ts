@@ -6,6 +6,8 @@ import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
 import { EventrailClient, registerScripts } from '../scripts/scripts';
+import { describeError } from '../util/describe-error';
+import { withTimeout } from '../util/timeout';
 
 /**
  * Owns the connection to Redis: creates it from the options (or adopts the
@@ -54,7 +56,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
         if (this.owned) this.client.disconnect();
         throw error;
       }
-      this.logger.warn(`Starting degraded: ${(error as Error).message}. Publishing fails until Redis answers.`);
+      this.logger.warn(`Starting degraded: ${describeError(error)}. Publishing fails until Redis answers.`);
       return;
     }
   }
@@ -94,18 +96,9 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   private async waitUntilReady(timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`)),
-        timeoutMs,
-      );
+    await withTimeout(this.whenPrepared(), timeoutMs, () => {
+      throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`);
     });
-    try {
-      await Promise.race([this.whenPrepared(), timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   private async prepare(): Promise<void> {
@@ -134,7 +127,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       const reply = (await this.client.config('GET', 'appendonly')) as unknown as string[];
       appendonly = reply?.[1];
     } catch (error) {
-      this.logger.debug(`Could not read Redis persistence settings (${(error as Error).message}); skipping the durability check`);
+      this.logger.debug(`Could not read Redis persistence settings (${describeError(error)}); skipping the durability check`);
       return;
     }
     if (appendonly === 'no') {

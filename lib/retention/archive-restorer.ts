@@ -2,15 +2,15 @@ import { Logger } from '@nestjs/common';
 import { ArchiveFormatError } from '../errors/archive-format.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
-import { FIELD } from '../log/codec';
-import { compareStreamIds, isStreamId } from '../log/stream-id';
+import { readEntry } from '../log/codec';
+import { redeliver } from '../log/redelivery';
+import { compareStreamIds, isStreamId, MAX_SEQ } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { ArchivedEntry, decodeArchive, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
 import type { ArchiveObject, ArchiveSource, ProgressListener } from '../eventrail.types';
 
 const PAGE = 500;
-const MAX_SEQ = '18446744073709551615';
 
 /**
  * Reads archive objects back and appends their entries to the log for one
@@ -83,42 +83,25 @@ export class ArchiveRestorer {
     const { client, keys } = this.redis;
     if (partition >= keys.partitions)
       throw new ArchiveFormatError(name, 0, `partition ${partition} does not exist in this log (${keys.partitions})`);
-    // One partition per object: every pipeline below touches one stream, so one cluster slot.
+    // One partition per object: every page below goes to one stream, so one cluster slot.
     const stray = entries.find((e) => e.partition !== partition);
     if (stray)
       throw new ArchiveFormatError(name, 0, `entry ${stray.id} is of partition ${stray.partition}, not ${partition} as the name says`);
     let appended = 0;
     for (let i = 0; i < entries.length; i += PAGE) {
-      const pipeline = client.pipeline();
-      for (const entry of entries.slice(i, i + PAGE)) pipeline.xadd(keys.stream(partition), '*', ...restoredFields(entry, group));
-      const replies = (await pipeline.exec()) ?? [];
-      const failed = replies.find(([error]) => error);
-      appended += replies.filter(([error]) => !error).length;
+      const page = entries.slice(i, i + PAGE).map((e) => ({ partition, entry: readEntry(e.id, Object.entries(e.fields).flat()) }));
+      const failures = await redeliver(client, keys, group, page);
+      appended += failures.filter((failure) => failure === null).length;
+      const failed = failures.find((failure) => failure !== null);
       if (failed) {
         throw new RedisUnavailableError(
           `restoring archive ${name} for group "${group}" (${before + appended} entries restored so far)`,
-          failed[0],
+          failed,
         );
       }
     }
     return appended;
   }
-}
-
-/**
- * The entry's fields with `to` set to the group. An entry from a producer that
- * wrote no `id` or `time` took them from its stream id: they are written out,
- * so the restored event keeps them although its stream id is new.
- */
-function restoredFields(entry: ArchivedEntry, group: string): string[] {
-  const fields: string[] = [];
-  for (const [name, value] of Object.entries(entry.fields)) {
-    if (name !== FIELD.to && !(name === FIELD.id && value === '')) fields.push(name, value);
-  }
-  if (!entry.fields[FIELD.id]) fields.push(FIELD.id, entry.id);
-  if (entry.fields[FIELD.time] === undefined) fields.push(FIELD.time, entry.id.slice(0, entry.id.indexOf('-')));
-  fields.push(FIELD.to, group);
-  return fields;
 }
 
 function rangeBound(path: string, value: string | Date | undefined, seq: string): string | undefined {

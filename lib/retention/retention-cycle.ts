@@ -6,7 +6,9 @@ import { GroupFacts, GroupFactsReader, isStale } from '../admin/group-facts.read
 import type { RetentionLock } from './retention-lock';
 import { RETENTION_DEFAULTS, ResolvedRetentionOptions } from './retention.options';
 import type { ArchivedRange, PartitionRetentionResult, ProgressListener, RetentionRunResult } from '../eventrail.types';
-import { capMinId, minIdForAge, nextStreamId, requestedMinId } from './trim-point';
+import { nextStreamId } from '../log/stream-id';
+import { capMinId, minIdForAge, requestedMinId } from './trim-point';
+import { describeError } from '../util/describe-error';
 
 /** Entries read per round trip while looking for the `maxLen` boundary (they carry their payloads). */
 const PAGE = 200;
@@ -70,7 +72,7 @@ export class RetentionCycle {
       try {
         result.archived = await this.archive(partition, minId, this.sink, lock);
       } catch (error) {
-        result.error = `archive to ${this.sink.id} failed: ${(error as Error).message}`;
+        result.error = `archive to ${this.sink.id} failed: ${describeError(error)}`;
         this.logger.error(`Retention: partition ${partition}: ${result.error}; nothing trimmed (entries below ${minId} are kept)`);
         return result;
       }

@@ -2,8 +2,10 @@ import { createRequire } from 'node:module';
 import type { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { importOptionalPeer } from '../util/optional-peer';
 import { ScheduleModuleMissingError } from '../errors/schedule-module-missing.error';
 import type { RetentionSchedule } from './retention.options';
+import { describeError } from '../util/describe-error';
 
 /** The part of `cron`'s `CronJob` used here; `cron` comes with `@nestjs/schedule`. */
 interface CronJobLike {
@@ -29,14 +31,10 @@ export class RetentionScheduler {
   private constructor(private readonly registry: SchedulerRegistry) {}
 
   static async resolve(moduleRef: ModuleRef): Promise<RetentionScheduler> {
-    let schedule: typeof import('@nestjs/schedule');
-    try {
-      schedule = await import('@nestjs/schedule');
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND') throw new ScheduleModuleMissingError('not-installed');
-      throw error;
-    }
+    const schedule = await importOptionalPeer(
+      () => import('@nestjs/schedule'),
+      () => new ScheduleModuleMissingError('not-installed'),
+    );
     let registry: SchedulerRegistry | undefined;
     try {
       registry = moduleRef.get(schedule.SchedulerRegistry, { strict: false });
@@ -70,7 +68,7 @@ export class RetentionScheduler {
     try {
       return CronJob.from({ cronTime: expression, onTick: tick, start: false });
     } catch (error) {
-      throw new InvalidOptionError('retention.every', expression, `a valid cron expression (${(error as Error).message})`);
+      throw new InvalidOptionError('retention.every', expression, `a valid cron expression (${describeError(error)})`);
     }
   }
 }

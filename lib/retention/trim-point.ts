@@ -1,4 +1,4 @@
-import { compareStreamIds, STREAM_START } from '../log/stream-id';
+import { compareStreamIds, nextStreamId, STREAM_START } from '../log/stream-id';
 
 /**
  * Where a partition may be trimmed to: pure functions over stream ids. A MINID
@@ -6,16 +6,6 @@ import { compareStreamIds, STREAM_START } from '../log/stream-id';
  * to and including `o` are done, so a group with offset `o` allows a MINID of
  * at most the id just after `o`; a group with no offset allows nothing.
  */
-
-const MAX_SEQ = 18446744073709551615n;
-
-/** The smallest id after `id`. */
-export function nextStreamId(id: string): string {
-  const dash = id.indexOf('-');
-  const ms = BigInt(id.slice(0, dash));
-  const seq = BigInt(id.slice(dash + 1));
-  return seq < MAX_SEQ ? `${ms}-${seq + 1n}` : `${ms + 1n}-0`;
-}
 
 /** MINID that keeps entries newer than `nowMs - maxAgeMs`. */
 export function minIdForAge(nowMs: number, maxAgeMs: number): string {

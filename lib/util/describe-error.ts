@@ -6,3 +6,8 @@
 export function describeError(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/** The stack of anything thrown, for `Logger.error`'s second argument; undefined for a non-`Error`. */
+export function errorStack(error: unknown): string | undefined {
+  return error instanceof Error ? error.stack : undefined;
+}

@@ -4,7 +4,7 @@ import { EventrailMessage, EventrailModuleOptions, EventrailPublisher, Eventrail
 import { EventrailKeys } from '../../lib/log/keys';
 import { registerScripts } from '../../lib/scripts/scripts';
 import { compareStreamIds } from '../../lib/log/stream-id';
-import { nextStreamId } from '../../lib/retention/trim-point';
+import { nextStreamId } from '../../lib/log/stream-id';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 

@@ -1,4 +1,5 @@
-import { decodePayload, DecodeError, encodeFields, isMalformed, readEntry, RawEntry } from '../../lib/log/codec';
+import { DecodeError } from '../../lib/errors/decode.error';
+import { decodePayload, encodeFields, isMalformed, readEntry, RawEntry } from '../../lib/log/codec';
 
 describe('codec', () => {
   it('round-trips an event through the stream fields', () => {

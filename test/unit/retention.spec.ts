@@ -3,7 +3,8 @@ import { ArchiveFormatError, InvalidOptionError, retentionOptionsFromEnv } from 
 import { resolveModuleOptions } from '../../lib/eventrail.options';
 import { archiveName, decodeArchive, encodeArchive, parseArchiveName } from '../../lib/retention/archive/archive-file';
 import { resolveRetentionOptions } from '../../lib/retention/retention.options';
-import { allowedMinId, capMinId, minIdForAge, nextStreamId, requestedMinId } from '../../lib/retention/trim-point';
+import { nextStreamId } from '../../lib/log/stream-id';
+import { allowedMinId, capMinId, minIdForAge, requestedMinId } from '../../lib/retention/trim-point';
 
 describe('retention options', () => {
   it('applies the documented defaults once', () => {

@@ -2,6 +2,7 @@ import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import { ArchiveFormatError } from '../../errors/archive-format.error';
 import type { ArchiveObject } from '../../eventrail.types';
+import { describeError } from '../../util/describe-error';
 
 /**
  * The archive format: one gzipped JSONL object per range of consecutive
@@ -50,7 +51,7 @@ export async function decodeArchive(name: string, body: Buffer): Promise<Archive
   try {
     text = (await gunzipAsync(body)).toString('utf8');
   } catch (error) {
-    throw new ArchiveFormatError(name, 0, `not gzip (${(error as Error).message})`);
+    throw new ArchiveFormatError(name, 0, `not gzip (${describeError(error)})`);
   }
   const entries: ArchivedEntry[] = [];
   const lines = text.split('\n');

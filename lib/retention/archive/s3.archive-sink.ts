@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
+import { importOptionalPeer } from '../../util/optional-peer';
 import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
 import type { ResolvedArchiveOptions } from '../retention.options';
 import type { ArchiveSink } from './archive-sink';
@@ -25,16 +26,10 @@ export class S3ArchiveSink implements ArchiveSink {
   }
 
   static async create(options: S3Options): Promise<S3ArchiveSink> {
-    let sdk: S3Sdk;
-    try {
-      sdk = await import('@aws-sdk/client-s3');
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND') {
-        throw new MissingPeerDependencyError('@aws-sdk/client-s3', "retention.archive.driver 's3'", error);
-      }
-      throw error;
-    }
+    const sdk: S3Sdk = await importOptionalPeer(
+      () => import('@aws-sdk/client-s3'),
+      (error) => new MissingPeerDependencyError('@aws-sdk/client-s3', "retention.archive.driver 's3'", error),
+    );
     const client = new sdk.S3Client({
       region: options.region,
       endpoint: options.endpoint,
