@@ -20,7 +20,6 @@ import type {
   OffsetChange,
   OffsetResetResult,
   OffsetTarget,
-  PartitionLogStats,
   ReadLogOptions,
   RetentionOperations,
 } from './admin.types';
@@ -28,7 +27,7 @@ import { DeadLetterAdmin } from './dead-letters.admin';
 import { GroupFactsReader, isStale } from './group-facts.reader';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
-import { describeError } from '../util/describe-error';
+import { LogStatsReader } from './log-stats.reader';
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -43,6 +42,7 @@ export class EventrailAdmin {
   private readonly letters: DeadLetterAdmin;
   private readonly log: LogReader;
   private readonly rebalance: RebalanceSignal;
+  private readonly logStats: LogStatsReader;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -54,6 +54,7 @@ export class EventrailAdmin {
     this.letters = new DeadLetterAdmin(redis, options);
     this.log = new LogReader(redis);
     this.rebalance = new RebalanceSignal(redis);
+    this.logStats = new LogStatsReader(redis, options.prefix);
   }
 
   /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
@@ -171,45 +172,12 @@ export class EventrailAdmin {
    * with every partition.
    */
   async nodes(): Promise<NodeStatus[]> {
-    const { client, keys } = this.redis;
-    const all = keys.streams.map((_, p) => p);
-    if (!this.redis.isCluster) {
-      const { host, port } = (client as unknown as { options: { host?: string; port?: number } }).options;
-      return [{ node: `${host ?? 'localhost'}:${port ?? 6379}`, replicas: [], slots: [[0, 16383]], partitions: all }];
-    }
-    type SlotRange = [number, number, [string, number, ...unknown[]], ...Array<[string, number, ...unknown[]]>];
-    const [ranges, partitionSlots] = await Promise.all([
-      client.cluster('SLOTS') as unknown as Promise<SlotRange[]>,
-      Promise.all(keys.streams.map((stream) => client.cluster('KEYSLOT', stream) as unknown as Promise<number>)),
-    ]);
-    const nodes = new Map<string, NodeStatus>();
-    for (const [from, to, [host, port], ...replicas] of ranges) {
-      const name = `${host}:${port}`;
-      const node = nodes.get(name) ?? { node: name, replicas: [], slots: [], partitions: [] };
-      node.slots.push([from, to]);
-      for (const [replicaHost, replicaPort] of replicas) {
-        const replica = `${replicaHost}:${replicaPort}`;
-        if (!node.replicas.includes(replica)) node.replicas.push(replica);
-      }
-      node.partitions.push(...all.filter((p) => partitionSlots[p] >= from && partitionSlots[p] <= to));
-      nodes.set(name, node);
-    }
-    return [...nodes.values()]
-      .map((n) => ({ ...n, partitions: n.partitions.sort((a, b) => a - b) }))
-      .sort((a, b) => a.node.localeCompare(b.node));
+    return this.logStats.nodes();
   }
 
   /** Length, first/last id and entries ever added of every partition, and Redis memory when INFO is allowed. */
   async stats(): Promise<LogStats> {
-    const { keys, client } = this.redis;
-    const partitions: PartitionLogStats[] = await Promise.all(
-      keys.streams.map((stream, partition) => this.partitionStats(stream, partition)),
-    );
-    const usedMemoryBytes = await client.info('memory').then(
-      (info) => Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN) || null,
-      () => null, // INFO disabled
-    );
-    return { prefix: this.options.prefix, partitions, usedMemoryBytes };
+    return this.logStats.stats();
   }
 
   /**
@@ -296,28 +264,6 @@ export class EventrailAdmin {
   async purgeDeadLetters(group: string): Promise<number> {
     await this.facts.assertExists(group);
     return this.letters.purge(group);
-  }
-
-  private async partitionStats(stream: string, partition: number): Promise<PartitionLogStats> {
-    let reply: unknown[];
-    try {
-      reply = (await this.redis.client.xinfo('STREAM', stream)) as unknown[];
-    } catch (error) {
-      // A partition nobody published to yet has no stream key.
-      if (/no such key/i.test(describeError(error))) return { partition, length: 0, firstId: null, lastId: null, entriesAdded: 0 };
-      throw error;
-    }
-    const info = new Map<string, unknown>();
-    for (let i = 0; i + 1 < reply.length; i += 2) info.set(String(reply[i]), reply[i + 1]);
-    const idOf = (entry: unknown): string | null => (Array.isArray(entry) ? String(entry[0]) : null);
-    const added = info.get('entries-added'); // Redis 7.0 and later
-    return {
-      partition,
-      length: Number(info.get('length') ?? 0),
-      firstId: idOf(info.get('first-entry')),
-      lastId: idOf(info.get('last-entry')),
-      entriesAdded: added === undefined ? null : Number(added),
-    };
   }
 
   /** The committed offset that makes `to` the next entry handled in a partition. */
