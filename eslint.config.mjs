@@ -34,6 +34,17 @@ export default defineConfig(
     },
   },
   {
+    // Type-aware rules for the promises STYLE.md promises: none left floating, none where a
+    // callback's return is ignored, and `await` only on what can be awaited.
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
+    },
+  },
+  {
     files: ['scripts/**/*.js', '**/*.cjs'],
     languageOptions: { sourceType: 'commonjs', globals: nodeCommonJsGlobals },
     rules: {

@@ -214,7 +214,7 @@ for (const [signal, code] of [
   });
 }
 
-main()
+void main()
   .catch((error: unknown) => {
     console.error((error as Error).stack ?? String(error));
     return 1;

@@ -151,7 +151,7 @@ export class GroupConsumer {
       // Hand back the partitions furthest from this worker's preferred range.
       const extras = owned.slice(share);
       this.logger.log(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`);
-      await Promise.all(extras.map((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true)));
+      await Promise.all(extras.flatMap((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true) ?? []));
       await this.announce(this.name);
       return;
     }
