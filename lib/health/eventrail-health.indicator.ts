@@ -3,8 +3,8 @@ import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus'
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
-import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
+import { checkInteger, optionalInteger } from '../util/option-checks';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
@@ -98,13 +98,11 @@ export class EventrailHealthIndicator {
 
 function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
   const { maxLag, maxDeadLetters, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
-  const count = (name: string, value: number | undefined): void => {
-    if (value !== undefined && (!Number.isSafeInteger(value) || value < 0)) throw new InvalidOptionError(name, value, 'an integer >= 0');
+  return {
+    maxLag: optionalInteger('maxLag', maxLag, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
+    maxDeadLetters: optionalInteger('maxDeadLetters', maxDeadLetters, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
+    timeoutMs: checkInteger('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1'),
   };
-  count('maxLag', maxLag);
-  count('maxDeadLetters', maxDeadLetters);
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new InvalidOptionError('timeoutMs', timeoutMs, 'an integer >= 1');
-  return { maxLag, maxDeadLetters, timeoutMs };
 }
 
 /** Settles with `work`, or with TIMED_OUT after `ms`; a late rejection of `work` is handled by the race. */
