@@ -5,6 +5,7 @@ import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
 import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './util/option-checks';
+import { redactUrl } from './util/redact-url';
 
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
@@ -287,8 +288,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
 function checkRedisConnection(redis: unknown): RedisConnection {
   if (typeof redis === 'string') {
     // The URL goes into an error, and errors go into logs.
-    if (!/^rediss?:\/\//.test(redis))
-      throw new InvalidOptionError('redis', withoutCredentials(redis), 'a URL starting with redis:// or rediss://');
+    if (!/^rediss?:\/\//.test(redis)) throw new InvalidOptionError('redis', redactUrl(redis), 'a URL starting with redis:// or rediss://');
     return redis;
   }
   checkObject('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
@@ -359,14 +359,6 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
     default:
       throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
   }
-}
-
-/** A malformed Redis URL as it may be shown in an error (errors go into logs): everything before its last `@` hidden. */
-function withoutCredentials(url: string): string {
-  const at = url.lastIndexOf('@');
-  if (at < 0) return url;
-  const scheme = /^[a-z][\w+.-]*:\/*/i.exec(url)?.[0] ?? '';
-  return `${scheme}***${url.slice(at)}`;
 }
 
 export function isClusterConnection(value: unknown): value is ClusterConnection {

@@ -1,6 +1,6 @@
 import { describeError } from './exit-code';
 import { escapeControls, escapeJsonControls } from '../util/control-chars';
-import { redactUrlsIn } from './value.format';
+import { redactUrlsIn } from '../util/redact-url';
 
 /**
  * Everything the CLI prints. Results go to stdout: one JSON document with

@@ -3,7 +3,7 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
 import { CliUsageError } from './errors/cli-usage.error';
 import { escapeControls } from '../util/control-chars';
-import { redactUrl, redactUrlsIn } from './value.format';
+import { redactUrl, redactUrlsIn } from '../util/redact-url';
 
 /** Where the CLI connects. */
 export interface RedisTarget {
