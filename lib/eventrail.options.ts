@@ -258,10 +258,9 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
   }
   const durability = checkOneOf('durability', options.durability ?? MODULE_DEFAULTS.durability, DURABILITIES);
-  const { replicas, timeoutMs } = MODULE_DEFAULTS.replication;
   const replication = {
-    replicas: checkInteger('replication.replicas', options.replication?.replicas ?? replicas, 1, 100),
-    timeoutMs: checkInteger('replication.timeoutMs', options.replication?.timeoutMs ?? timeoutMs, 1, 600_000),
+    replicas: checkInteger('replication.replicas', options.replication?.replicas ?? MODULE_DEFAULTS.replication.replicas, 1, 100),
+    timeoutMs: checkInteger('replication.timeoutMs', options.replication?.timeoutMs ?? MODULE_DEFAULTS.replication.timeoutMs, 1, 600_000),
   };
   const maxPayloadBytes = checkInteger('maxPayloadBytes', options.maxPayloadBytes ?? MODULE_DEFAULTS.maxPayloadBytes, 1, 512 * 1024 * 1024);
   const dedupWindowMs = checkInteger('dedupWindowMs', options.dedupWindowMs ?? MODULE_DEFAULTS.dedupWindowMs, 0, 30 * 86_400_000);
