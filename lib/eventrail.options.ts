@@ -4,6 +4,8 @@ import { InvalidOptionError } from './errors/invalid-option.error';
 import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
+import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './util/option-checks';
+import { redactUrl } from './util/redact-url';
 
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
@@ -214,58 +216,55 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   idempotencyTtlMs: 86_400_000,
 });
 
+/**
+ * The module-wide defaults, applied by `resolveModuleOptions` and nowhere else. `redis` and `prefix` are
+ * the last fallbacks, after `EVENTRAIL_REDIS_URL` and `EVENTRAIL_PREFIX`; consumer defaults are
+ * `DEFAULT_CONSUMER_OPTIONS`, retention's `RETENTION_DEFAULTS`.
+ */
+const MODULE_DEFAULTS = Object.freeze({
+  redis: 'redis://localhost:6379',
+  prefix: 'eventrail',
+  partitions: 1,
+  durability: 'acknowledged',
+  replication: Object.freeze({ replicas: 1, timeoutMs: 1_000 }),
+  autoStart: true,
+  maxPayloadBytes: 1024 * 1024,
+  dedupWindowMs: 0,
+  startupTimeoutMs: 10_000,
+  allowDegradedStart: false,
+} as const);
+
+const CONSUMER_OPTION_NAMES = Object.keys(DEFAULT_CONSUMER_OPTIONS) as ReadonlyArray<keyof ConsumerOptions>;
+const DURABILITIES: readonly Durability[] = ['acknowledged', 'replicated'];
 const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 const GROUP_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 const MAX_PARTITIONS = 1024;
 
 /** Applies defaults and environment fallbacks once, and validates everything, naming the option that is wrong. */
 export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: NodeJS.ProcessEnv = process.env): ResolvedEventrailOptions {
-  if (options === null || typeof options !== 'object') {
-    throw new InvalidOptionError('options', options, 'an object');
-  }
-  const prefix = options.prefix ?? env.EVENTRAIL_PREFIX ?? 'eventrail';
+  checkObject('options', options, 'an object');
+  const prefix = options.prefix ?? env.EVENTRAIL_PREFIX ?? MODULE_DEFAULTS.prefix;
   if (typeof prefix !== 'string' || !PREFIX_PATTERN.test(prefix)) {
     throw new InvalidOptionError('prefix', prefix, 'letters, digits, ".", "_", ":" or "-", 1 to 64 characters');
   }
-  const redis = options.redis ?? env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379';
-  if (typeof redis !== 'string' && (redis === null || typeof redis !== 'object')) {
-    throw new InvalidOptionError('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
-  }
-  // Clients have a cluster() command method: only a plain object with a `cluster` object is a cluster config.
-  if (isClusterConnection(redis)) {
-    const nodes = (redis as ClusterConnection).cluster?.nodes;
-    if (!Array.isArray(nodes) || nodes.length === 0) {
-      throw new InvalidOptionError('redis.cluster.nodes', nodes, 'a non-empty array of startup nodes ({ host, port } or "host:port")');
-    }
-  }
-  if (typeof redis === 'string' && !/^rediss?:\/\//.test(redis)) {
-    throw new InvalidOptionError('redis', withoutCredentials(redis), 'a URL starting with redis:// or rediss://');
-  }
-  const partitions = options.partitions ?? 1;
-  checkInteger('partitions', partitions, 1, MAX_PARTITIONS);
+  const redis = checkRedisConnection(options.redis ?? env.EVENTRAIL_REDIS_URL ?? MODULE_DEFAULTS.redis);
+  const partitions = checkInteger('partitions', options.partitions ?? MODULE_DEFAULTS.partitions, 1, MAX_PARTITIONS);
 
   const consumer = resolveConsumerOptions('consumer', options.consumer, DEFAULT_CONSUMER_OPTIONS);
   const groups = options.groups ?? {};
-  if (groups === null || typeof groups !== 'object') {
-    throw new InvalidOptionError('groups', groups, 'an object of group name to consumer options');
-  }
+  checkObject('groups', groups, 'an object of group name to consumer options');
   for (const [name, groupOptions] of Object.entries(groups)) {
     validateGroupName(`groups.${name}`, name);
     resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
   }
-  const durability = options.durability ?? 'acknowledged';
-  if (durability !== 'acknowledged' && durability !== 'replicated') {
-    throw new InvalidOptionError('durability', durability, "'acknowledged' or 'replicated'");
-  }
-  const replication = { replicas: options.replication?.replicas ?? 1, timeoutMs: options.replication?.timeoutMs ?? 1_000 };
-  checkInteger('replication.replicas', replication.replicas, 1, 100);
-  checkInteger('replication.timeoutMs', replication.timeoutMs, 1, 600_000);
-  const maxPayloadBytes = options.maxPayloadBytes ?? 1024 * 1024;
-  checkInteger('maxPayloadBytes', maxPayloadBytes, 1, 512 * 1024 * 1024);
-  const dedupWindowMs = options.dedupWindowMs ?? 0;
-  checkInteger('dedupWindowMs', dedupWindowMs, 0, 30 * 86_400_000);
-  const startupTimeoutMs = options.startupTimeoutMs ?? 10_000;
-  checkInteger('startupTimeoutMs', startupTimeoutMs, 1, 3_600_000);
+  const durability = checkOneOf('durability', options.durability ?? MODULE_DEFAULTS.durability, DURABILITIES);
+  const replication = {
+    replicas: checkInteger('replication.replicas', options.replication?.replicas ?? MODULE_DEFAULTS.replication.replicas, 1, 100),
+    timeoutMs: checkInteger('replication.timeoutMs', options.replication?.timeoutMs ?? MODULE_DEFAULTS.replication.timeoutMs, 1, 600_000),
+  };
+  const maxPayloadBytes = checkInteger('maxPayloadBytes', options.maxPayloadBytes ?? MODULE_DEFAULTS.maxPayloadBytes, 1, 512 * 1024 * 1024);
+  const dedupWindowMs = checkInteger('dedupWindowMs', options.dedupWindowMs ?? MODULE_DEFAULTS.dedupWindowMs, 0, 30 * 86_400_000);
+  const startupTimeoutMs = checkInteger('startupTimeoutMs', options.startupTimeoutMs ?? MODULE_DEFAULTS.startupTimeoutMs, 1, 3_600_000);
 
   return {
     redis,
@@ -275,14 +274,31 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     replication,
     consumer,
     groups,
-    autoStart: checkBoolean('autoStart', options.autoStart ?? true),
+    autoStart: checkBoolean('autoStart', options.autoStart ?? MODULE_DEFAULTS.autoStart),
     maxPayloadBytes,
     dedupWindowMs,
     startupTimeoutMs,
-    allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? false),
+    allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? MODULE_DEFAULTS.allowDegradedStart),
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
   };
+}
+
+function checkRedisConnection(redis: unknown): RedisConnection {
+  if (typeof redis === 'string') {
+    // The URL goes into an error, and errors go into logs.
+    if (!/^rediss?:\/\//.test(redis)) throw new InvalidOptionError('redis', redactUrl(redis), 'a URL starting with redis:// or rediss://');
+    return redis;
+  }
+  checkObject('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
+  // Clients have a cluster() command method: only a plain object with a `cluster` object is a cluster config.
+  if (isClusterConnection(redis)) {
+    const nodes = redis.cluster?.nodes;
+    if (!Array.isArray(nodes) || nodes.length === 0) {
+      throw new InvalidOptionError('redis.cluster.nodes', nodes, 'a non-empty array of startup nodes ({ host, port } or "host:port")');
+    }
+  }
+  return redis as RedisConnection;
 }
 
 /** Merges `overrides` over `base` and validates the result; `path` names the options in errors. */
@@ -292,21 +308,11 @@ export function resolveConsumerOptions(
   base: ResolvedConsumerOptions,
 ): ResolvedConsumerOptions {
   if (overrides === undefined) return base;
-  if (overrides === null || typeof overrides !== 'object') {
-    throw new InvalidOptionError(path, overrides, 'an object of consumer options');
-  }
-  const known = new Set(Object.keys(DEFAULT_CONSUMER_OPTIONS));
-  for (const key of Object.keys(overrides)) {
-    if (!known.has(key) && key !== 'group') {
-      throw new InvalidOptionError(
-        `${path}.${key}`,
-        (overrides as Record<string, unknown>)[key],
-        `one of the options ${[...known].join(', ')}`,
-      );
-    }
-  }
+  checkObject(path, overrides, 'an object of consumer options');
+  // `group` is allowed but not offered: it names the group in `@OnEvent` options, next to these.
+  rejectUnknownKeys(path, overrides, CONSUMER_OPTION_NAMES, ['group']);
   const merged: ResolvedConsumerOptions = { ...base };
-  for (const key of Object.keys(DEFAULT_CONSUMER_OPTIONS) as Array<keyof ConsumerOptions>) {
+  for (const key of CONSUMER_OPTION_NAMES) {
     const value = overrides[key];
     if (value !== undefined) (merged as unknown as Record<string, unknown>)[key] = value;
   }
@@ -334,7 +340,7 @@ export function validateGroupName(path: string, name: unknown): asserts name is 
 
 function validateInitialOffset(path: string, offset: InitialOffset): void {
   const modes = "{ mode: 'fromStart' | 'fromEnd' } | { mode: 'fromId', id: '<ms>-<seq>' } | { mode: 'fromTime', time: Date }";
-  if (offset === null || typeof offset !== 'object') throw new InvalidOptionError(path, offset, modes);
+  checkObject(path, offset, modes);
   switch (offset.mode) {
     case 'fromStart':
     case 'fromEnd':
@@ -354,34 +360,15 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
   }
 }
 
-/** A malformed Redis URL as it may be shown in an error (errors go into logs): everything before its last `@` hidden. */
-function withoutCredentials(url: string): string {
-  const at = url.lastIndexOf('@');
-  if (at < 0) return url;
-  const scheme = /^[a-z][\w+.-]*:\/*/i.exec(url)?.[0] ?? '';
-  return `${scheme}***${url.slice(at)}`;
-}
-
 export function isClusterConnection(value: unknown): value is ClusterConnection {
   const cluster = (value as { cluster?: unknown } | null)?.cluster;
   return typeof value === 'object' && value !== null && typeof cluster === 'object' && cluster !== null;
 }
 
 function validateMetrics(metrics: EventrailMetrics): EventrailMetrics {
-  if (metrics === null || typeof metrics !== 'object') throw new InvalidOptionError('metrics', metrics, 'an object of hook functions');
+  checkObject('metrics', metrics, 'an object of hook functions');
   for (const [name, hook] of Object.entries(metrics)) {
     if (hook !== undefined && typeof hook !== 'function') throw new InvalidOptionError(`metrics.${name}`, hook, 'a function');
   }
   return metrics;
-}
-
-function checkInteger(path: string, value: unknown, min: number, max: number): void {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidOptionError(path, value, `an integer from ${min} to ${max}`);
-  }
-}
-
-function checkBoolean(path: string, value: unknown): boolean {
-  if (typeof value !== 'boolean') throw new InvalidOptionError(path, value, 'true or false');
-  return value;
 }

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from 'commander';
+import { describeError } from '../util/describe-error';
 import { CliUsageError } from './errors/cli-usage.error';
 
 /**
@@ -60,6 +61,6 @@ export function parseJsonData(text: string): unknown {
   try {
     return JSON.parse(text) as unknown;
   } catch (error) {
-    throw new CliUsageError(`The event data is not valid JSON: ${(error as Error).message}`);
+    throw new CliUsageError(`The event data is not valid JSON: ${describeError(error)}`);
   }
 }

@@ -1,6 +1,6 @@
-import { describeError } from './exit-code';
+import { messageFor } from './exit-code';
 import { escapeControls, escapeJsonControls } from '../util/control-chars';
-import { redactUrlsIn } from './value.format';
+import { redactUrlsIn } from '../util/redact-url';
 
 /**
  * Everything the CLI prints. Results go to stdout: one JSON document with
@@ -39,7 +39,7 @@ export class CliOutput {
 
   /** One line on stderr; with `--json` also `{ "error": { name, message } }` on stdout for scripts. */
   error(error: unknown): void {
-    const message = redactUrlsIn(describeError(error));
+    const message = redactUrlsIn(messageFor(error));
     process.stderr.write(`eventrail: ${escapeControls(message, true)}\n`);
     if (this.json) {
       const name = error instanceof Error ? error.name : 'Error';

@@ -2,7 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { CliContext, type GlobalOptions } from './cli.context';
 import { CliOutput } from './cli.output';
 import { CliUsageError } from './errors/cli-usage.error';
-import { describeError, ExitCode, exitCodeFor } from './exit-code';
+import { ExitCode, exitCodeFor, messageFor } from './exit-code';
 
 /** A command's work: it prints its result through `ctx.output` and may return a non-zero exit code. */
 export type CommandHandler<O extends object> = (ctx: CliContext, args: unknown[], options: O) => Promise<ExitCode | void>;
@@ -47,7 +47,7 @@ export class CliRunner {
       // --help, --version, `help`: done.
       if (error.exitCode === 0) return ExitCode.Ok;
       // Help printed because a command group was called without a command: the help is the message.
-      if (error.code !== 'commander.help') new CliOutput(argv.includes('--json')).error(new CliUsageError(describeError(error)));
+      if (error.code !== 'commander.help') new CliOutput(argv.includes('--json')).error(new CliUsageError(messageFor(error)));
       return ExitCode.Usage;
     }
   }

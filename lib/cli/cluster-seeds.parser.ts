@@ -1,6 +1,6 @@
 import type { RedisOptions } from 'ioredis';
 import { CliUsageError } from './errors/cli-usage.error';
-import { redactUrl } from './value.format';
+import { redactUrl } from '../util/redact-url';
 
 /** What ioredis's `Cluster` needs from `--redis-url` under `--cluster`. */
 export interface ClusterSeeds {

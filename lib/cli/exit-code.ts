@@ -7,6 +7,7 @@ import { InvalidOptionError } from '../errors/invalid-option.error';
 import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
+import { describeError } from '../util/describe-error';
 import { CliUsageError } from './errors/cli-usage.error';
 
 /** Exit codes of the `eventrail` command; scripts rely on them, so they never change meaning. */
@@ -41,7 +42,7 @@ export function exitCodeFor(error: unknown): ExitCode {
  * The message printed for an error. The library's messages name its API
  * (`{ force: true }`, `partitions:`); here they name the flags instead.
  */
-export function describeError(error: unknown): string {
+export function messageFor(error: unknown): string {
   if (error instanceof GroupHasLiveMembersError) {
     const { operation, group, members } = error;
     return `Refusing to ${operation} of group "${group}": it has ${members.length} live member(s) (${members.join(', ')}); pass --force to fence them`;
@@ -53,6 +54,5 @@ export function describeError(error: unknown): string {
   // A cluster node answers keys of other nodes' slots with MOVED: the plain connection reached a cluster.
   if (error instanceof Error && /\bMOVED \d+ /.test(error.message))
     return `${error.message}: the server is a Redis Cluster node; pass --cluster (or EVENTRAIL_REDIS_CLUSTER=1) and seed node URLs`;
-  if (error instanceof Error) return error.message;
-  return String(error);
+  return describeError(error);
 }

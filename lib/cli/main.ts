@@ -3,7 +3,7 @@ import { createProgram } from './cli.program';
 import { CliRunner } from './cli.runner';
 import { ExitCode } from './exit-code';
 import { escapeControls } from '../util/control-chars';
-import { redactUrlsIn } from './value.format';
+import { redactUrlsIn } from '../util/redact-url';
 
 // `eventrail tail | head`: once the reader is gone there is nobody left to print for; end quietly, not with an EPIPE stack.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {

@@ -3,7 +3,8 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
 import { CliUsageError } from './errors/cli-usage.error';
 import { escapeControls } from '../util/control-chars';
-import { redactUrl, redactUrlsIn } from './value.format';
+import { withTimeout } from '../util/timeout';
+import { redactUrl, redactUrlsIn } from '../util/redact-url';
 
 /** Where the CLI connects. */
 export interface RedisTarget {
@@ -37,17 +38,12 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
     lastError = error;
     if (verbose) process.stderr.write(`Redis connection error: ${escapeControls(redactUrlsIn(error.message))}\n`);
   });
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RedisUnavailableError(`no answer from ${where} within ${timeoutMs} ms`)), timeoutMs);
-  });
-  const connecting = client.connect();
-  connecting.catch(() => undefined); // the timeout may win the race; the loser's rejection is expected
   try {
-    await Promise.race([connecting, timeout]);
+    await withTimeout(client.connect(), timeoutMs, () => {
+      throw new RedisUnavailableError(`no answer from ${where} within ${timeoutMs} ms`);
+    });
     return client;
   } catch (error) {
-    clearTimeout(timer);
     client.disconnect();
     if (error instanceof RedisUnavailableError) throw error;
     // connect() rejects with "Connection is closed." (a cluster: "None of startup nodes is available");
@@ -55,24 +51,16 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
     let cause = rootCause(lastError) ?? error;
     if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds, timeoutMs)) ?? cause;
     throw new RedisUnavailableError(`cannot connect to ${where}`, cause);
-  } finally {
-    clearTimeout(timer);
   }
 }
 
 /** QUIT, so the servers see a clean goodbye; a client that cannot say it in time (a node gone) is dropped instead. */
 export async function closeRedis(client: Redis | Cluster): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
   const quit = client.quit().then(
     () => true,
     () => false,
   );
-  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), QUIT_TIMEOUT_MS)));
-  try {
-    if (!(await Promise.race([quit, late]))) client.disconnect();
-  } finally {
-    clearTimeout(timer);
-  }
+  if (!(await withTimeout(quit, QUIT_TIMEOUT_MS, () => false))) client.disconnect();
 }
 
 // Reconnect attempts fail a command after a few retries instead of ioredis's 20, as the module does.

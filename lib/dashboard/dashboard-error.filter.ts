@@ -6,6 +6,7 @@ import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
+import { describeError } from '../util/describe-error';
 
 interface ErrorBody {
   statusCode: number;
@@ -44,7 +45,7 @@ export class DashboardErrorFilter implements ExceptionFilter {
     }
     const status = this.admin.connectionStatus();
     if (error instanceof RedisUnavailableError || status !== 'ready') {
-      const reason = error instanceof Error ? error.message : String(error);
+      const reason = describeError(error);
       return {
         statusCode: HttpStatus.SERVICE_UNAVAILABLE,
         error: 'RedisUnavailable',

@@ -1,6 +1,7 @@
 import type { FactoryProvider, ModuleMetadata } from '@nestjs/common';
 import { DashboardAuthRequiredError } from '../errors/dashboard-auth-required.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { checkBoolean, checkInteger, checkObject } from '../util/option-checks';
 
 export interface EventrailDashboardOptions {
   /**
@@ -67,7 +68,7 @@ export function resolveDashboardOptions(
   options: EventrailDashboardOptions,
   env: NodeJS.ProcessEnv = process.env,
 ): ResolvedDashboardOptions {
-  if (options === null || typeof options !== 'object') throw new InvalidOptionError('dashboard', options, 'an options object');
+  checkObject('dashboard', options, 'an options object');
   const path = resolveDashboardPath(options.path);
   const { auth, readOnly = DASHBOARD_DEFAULTS.readOnly, cors, refreshMs = DASHBOARD_DEFAULTS.refreshMs } = options;
   if (auth !== undefined && (auth === null || typeof auth !== 'object' || typeof auth.token !== 'string')) {
@@ -83,7 +84,7 @@ export function resolveDashboardOptions(
   }
   const token = auth?.token ?? null;
   if (token === null && env.NODE_ENV === 'production') throw new DashboardAuthRequiredError(path);
-  if (typeof readOnly !== 'boolean') throw new InvalidOptionError('dashboard.readOnly', readOnly, 'true or false');
+  checkBoolean('dashboard.readOnly', readOnly);
   if (cors !== undefined && (cors === null || typeof cors !== 'object' || !Array.isArray(cors.origins))) {
     throw new InvalidOptionError('dashboard.cors', cors, '{ origins: ["https://admin.example.com"] }');
   }
@@ -96,8 +97,6 @@ export function resolveDashboardOptions(
       );
     }
   }
-  if (!Number.isInteger(refreshMs) || refreshMs < 250 || refreshMs > 3_600_000) {
-    throw new InvalidOptionError('dashboard.refreshMs', refreshMs, 'an integer number of milliseconds from 250 to 3600000');
-  }
+  checkInteger('dashboard.refreshMs', refreshMs, 250, 3_600_000, 'an integer number of milliseconds from 250 to 3600000');
   return { path, token, readOnly, origins: new Set(cors?.origins ?? []), refreshMs };
 }

@@ -3,8 +3,10 @@ import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus'
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
-import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
+import { describeError } from '../util/describe-error';
+import { checkInteger, optionalInteger } from '../util/option-checks';
+import { withTimeout } from '../util/timeout';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
@@ -56,9 +58,9 @@ export class EventrailHealthIndicator {
     const started = Date.now();
     let inspected: { groups: Record<string, GroupHealth>; nodes: NodeStatus[] } | typeof TIMED_OUT;
     try {
-      inspected = await within(timeoutMs, this.inspect(limits));
+      inspected = await withTimeout(this.inspect(limits), timeoutMs, () => TIMED_OUT);
     } catch (error) {
-      return indicator.down({ message: `Redis did not answer: ${(error as Error).message}`, responseTimeMs: Date.now() - started });
+      return indicator.down({ message: `Redis did not answer: ${describeError(error)}`, responseTimeMs: Date.now() - started });
     }
     if (inspected === TIMED_OUT) return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms`, timeoutMs });
 
@@ -98,22 +100,9 @@ export class EventrailHealthIndicator {
 
 function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
   const { maxLag, maxDeadLetters, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
-  const count = (name: string, value: number | undefined): void => {
-    if (value !== undefined && (!Number.isSafeInteger(value) || value < 0)) throw new InvalidOptionError(name, value, 'an integer >= 0');
+  return {
+    maxLag: optionalInteger('maxLag', maxLag, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
+    maxDeadLetters: optionalInteger('maxDeadLetters', maxDeadLetters, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
+    timeoutMs: checkInteger('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1'),
   };
-  count('maxLag', maxLag);
-  count('maxDeadLetters', maxDeadLetters);
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) throw new InvalidOptionError('timeoutMs', timeoutMs, 'an integer >= 1');
-  return { maxLag, maxDeadLetters, timeoutMs };
-}
-
-/** Settles with `work`, or with TIMED_OUT after `ms`; a late rejection of `work` is handled by the race. */
-async function within<T>(ms: number, work: Promise<T>): Promise<T | typeof TIMED_OUT> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<typeof TIMED_OUT>((resolve) => (timer = setTimeout(() => resolve(TIMED_OUT), ms)));
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

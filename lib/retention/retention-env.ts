@@ -1,5 +1,8 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { checkOneOf } from '../util/option-checks';
 import type { ArchiveOptions, RetentionOptions } from './retention.options';
+
+const STREAM_MODES = ['maxlen', 'minid', 'age', 'both', 'none'];
 
 /**
  * Reads retention options from the environment variables of the original
@@ -47,9 +50,7 @@ export function retentionOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): R
   const mode = read('RETENTION_STREAM_MODE')?.toLowerCase();
   const wantsLen = mode === undefined ? maxLen !== undefined : mode === 'maxlen' || mode === 'both';
   const wantsAge = mode === undefined ? keepMs !== undefined : mode === 'minid' || mode === 'age' || mode === 'both';
-  if (mode !== undefined && !['maxlen', 'minid', 'age', 'both', 'none'].includes(mode)) {
-    throw new InvalidOptionError('RETENTION_STREAM_MODE', mode, 'maxlen, minid (or age), both or none');
-  }
+  if (mode !== undefined) checkOneOf('RETENTION_STREAM_MODE', mode, STREAM_MODES, 'maxlen, minid (or age), both or none');
   if (wantsLen) {
     if (maxLen === undefined)
       throw new InvalidOptionError('RETENTION_STREAM_MAX_LEN', maxLen, `a number of entries (RETENTION_STREAM_MODE=${mode})`);

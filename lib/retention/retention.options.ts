@@ -1,5 +1,6 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { DEFAULT_STALE_GROUP_MS } from '../eventrail.constants';
+import { checkBoolean, checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
 
 /** Archive to a directory: one gzipped JSONL file per id range. */
 export interface FsArchiveOptions {
@@ -132,20 +133,19 @@ export function resolveRetentionOptions(
   env: NodeJS.ProcessEnv = process.env,
 ): ResolvedRetentionOptions | undefined {
   if (options === undefined) return undefined;
-  if (options === null || typeof options !== 'object') throw new InvalidOptionError('retention', options, 'an object of retention options');
-  rejectUnknown('retention', options, KNOWN);
-  if (typeof options.enabled !== 'boolean') throw new InvalidOptionError('retention.enabled', options.enabled, 'true or false');
+  checkObject('retention', options, 'an object of retention options');
+  rejectUnknownKeys('retention', options, KNOWN);
+  const enabled = checkBoolean('retention.enabled', options.enabled);
   const maxLen = optionalInteger('retention.maxLen', options.maxLen, 0, Number.MAX_SAFE_INTEGER);
   const maxAgeMs = optionalInteger('retention.maxAgeMs', options.maxAgeMs, 1, 100 * MAX_MS);
   const deadLetterMaxLen = optionalInteger('retention.deadLetterMaxLen', options.deadLetterMaxLen, 0, Number.MAX_SAFE_INTEGER);
-  if (options.enabled && maxLen === undefined && maxAgeMs === undefined && deadLetterMaxLen === undefined) {
+  if (enabled && maxLen === undefined && maxAgeMs === undefined && deadLetterMaxLen === undefined) {
     throw new InvalidOptionError('retention', options, 'at least one of maxLen, maxAgeMs or deadLetterMaxLen when enabled');
   }
-  const approximate = options.approximate ?? RETENTION_DEFAULTS.approximate;
-  if (typeof approximate !== 'boolean') throw new InvalidOptionError('retention.approximate', approximate, 'true or false');
+  const approximate = checkBoolean('retention.approximate', options.approximate ?? RETENTION_DEFAULTS.approximate);
   const staleGroupMs = optionalInteger('retention.staleGroupMs', options.staleGroupMs, 0, MAX_MS) ?? RETENTION_DEFAULTS.staleGroupMs;
   return {
-    enabled: options.enabled,
+    enabled,
     schedule: parseSchedule('retention.every', options.every ?? RETENTION_DEFAULTS.every),
     maxLen,
     maxAgeMs,
@@ -160,8 +160,7 @@ export function resolveRetentionOptions(
 export function parseSchedule(path: string, every: unknown): RetentionSchedule {
   const expected = `a duration such as '30s', '1m' or '1h' (at least ${MIN_INTERVAL_MS} ms), milliseconds, or a cron expression`;
   if (typeof every === 'number') {
-    if (!Number.isInteger(every) || every < MIN_INTERVAL_MS || every > MAX_MS) throw new InvalidOptionError(path, every, expected);
-    return { kind: 'interval', ms: every };
+    return { kind: 'interval', ms: checkInteger(path, every, MIN_INTERVAL_MS, MAX_MS, expected) };
   }
   if (typeof every !== 'string') throw new InvalidOptionError(path, every, expected);
   const text = every.trim();
@@ -179,21 +178,19 @@ export function parseSchedule(path: string, every: unknown): RetentionSchedule {
 }
 
 function resolveArchive(archive: ArchiveOptions, env: NodeJS.ProcessEnv): ResolvedArchiveOptions {
-  if (archive === null || typeof archive !== 'object') {
-    throw new InvalidOptionError('retention.archive', archive, "{ driver: 'fs', dir } or { driver: 's3', bucket, ... }");
-  }
+  checkObject('retention.archive', archive, "{ driver: 'fs', dir } or { driver: 's3', bucket, ... }");
   const maxEntriesPerObject =
     optionalInteger('retention.archive.maxEntriesPerObject', archive.maxEntriesPerObject, 1, 1_000_000) ??
     RETENTION_DEFAULTS.maxEntriesPerObject;
   if (archive.driver === 'fs') {
-    rejectUnknown('retention.archive', archive, KNOWN_FS);
+    rejectUnknownKeys('retention.archive', archive, KNOWN_FS);
     if (typeof archive.dir !== 'string' || archive.dir.trim() === '') {
       throw new InvalidOptionError('retention.archive.dir', archive.dir, 'a directory path');
     }
     return { driver: 'fs', dir: archive.dir, maxEntriesPerObject };
   }
   if (archive.driver === 's3') {
-    rejectUnknown('retention.archive', archive, KNOWN_S3);
+    rejectUnknownKeys('retention.archive', archive, KNOWN_S3);
     if (typeof archive.bucket !== 'string' || !BUCKET.test(archive.bucket)) {
       throw new InvalidOptionError(
         'retention.archive.bucket',
@@ -222,9 +219,7 @@ function resolveArchive(archive: ArchiveOptions, env: NodeJS.ProcessEnv): Resolv
     ) {
       throw new InvalidOptionError('retention.archive.credentials', '(hidden)', '{ accessKeyId, secretAccessKey } as non-empty strings');
     }
-    const forcePathStyle = archive.forcePathStyle ?? RETENTION_DEFAULTS.forcePathStyle;
-    if (typeof forcePathStyle !== 'boolean')
-      throw new InvalidOptionError('retention.archive.forcePathStyle', forcePathStyle, 'true or false');
+    const forcePathStyle = checkBoolean('retention.archive.forcePathStyle', archive.forcePathStyle ?? RETENTION_DEFAULTS.forcePathStyle);
     return {
       driver: 's3',
       bucket: archive.bucket,
@@ -237,20 +232,4 @@ function resolveArchive(archive: ArchiveOptions, env: NodeJS.ProcessEnv): Resolv
     };
   }
   throw new InvalidOptionError('retention.archive.driver', (archive as { driver: unknown }).driver, "'fs' or 's3'");
-}
-
-function rejectUnknown(path: string, options: object, known: readonly string[]): void {
-  for (const key of Object.keys(options)) {
-    if (!known.includes(key)) {
-      throw new InvalidOptionError(`${path}.${key}`, (options as Record<string, unknown>)[key], `one of the options ${known.join(', ')}`);
-    }
-  }
-}
-
-function optionalInteger(path: string, value: unknown, min: number, max: number): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidOptionError(path, value, `an integer from ${min} to ${max}`);
-  }
-  return value;
 }

@@ -1,6 +1,7 @@
 import { Command, Option } from 'commander';
 import type { ArchiveSource } from '../../eventrail.types';
 import { retentionOptionsFromEnv } from '../../retention/retention-env';
+import { describeError } from '../../util/describe-error';
 import { parseCount, parseIdOrTime, parseNonNegative, parseStreamId } from '../argument.parser';
 import type { CliRunner } from '../cli.runner';
 import { assertConfirmable, confirm } from '../confirm.prompt';
@@ -172,7 +173,7 @@ function parseId(id: string): string {
   try {
     return parseStreamId(id);
   } catch (error) {
-    throw new CliUsageError(`Invalid dead-letter id: ${(error as Error).message}`);
+    throw new CliUsageError(`Invalid dead-letter id: ${describeError(error)}`);
   }
 }
 
