@@ -4,7 +4,7 @@ import { EventrailAdmin } from './admin/eventrail-admin';
 import { EventrailConsumers } from './consumer/eventrail-consumers';
 import { EventrailExplorer } from './discovery/eventrail.explorer';
 import { EVENTRAIL_OPTIONS, EVENTRAIL_RAW_OPTIONS, EVENTRAIL_RETENTION } from './eventrail.constants';
-import { EventrailModuleAsyncOptions, EventrailModuleOptions, resolveModuleOptions } from './eventrail.options';
+import { EventrailModuleAsyncOptions, EventrailModuleOptions, MODULE_DEFAULTS, resolveModuleOptions } from './eventrail.options';
 import { EventrailPublisher } from './publisher/eventrail.publisher';
 import { EventrailRedis } from './redis/eventrail-redis';
 import { EventrailRetention } from './retention/eventrail-retention';
@@ -38,7 +38,7 @@ export class EventrailModule {
     resolveModuleOptions(options);
     return {
       module: EventrailModule,
-      global: options.isGlobal ?? true,
+      global: options.isGlobal ?? MODULE_DEFAULTS.isGlobal,
       imports: [DiscoveryModule],
       providers: [{ provide: EVENTRAIL_RAW_OPTIONS, useValue: options }, ...providers],
       exports: exported,
@@ -48,7 +48,7 @@ export class EventrailModule {
   static forRootAsync(options: EventrailModuleAsyncOptions): DynamicModule {
     return {
       module: EventrailModule,
-      global: options.isGlobal ?? true,
+      global: options.isGlobal ?? MODULE_DEFAULTS.isGlobal,
       imports: [DiscoveryModule, ...(options.imports ?? [])],
       providers: [{ provide: EVENTRAIL_RAW_OPTIONS, inject: options.inject ?? [], useFactory: options.useFactory }, ...providers],
       exports: exported,

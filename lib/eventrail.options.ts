@@ -217,11 +217,13 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
 });
 
 /**
- * The module-wide defaults, applied by `resolveModuleOptions` and nowhere else. `redis` and `prefix` are
+ * The module-wide defaults, applied by `resolveModuleOptions` (`isGlobal` by `EventrailModule`, which must
+ * know it before the options are resolved) and nowhere else. `redis` and `prefix` are
  * the last fallbacks, after `EVENTRAIL_REDIS_URL` and `EVENTRAIL_PREFIX`; consumer defaults are
  * `DEFAULT_CONSUMER_OPTIONS`, retention's `RETENTION_DEFAULTS`.
  */
-const MODULE_DEFAULTS = Object.freeze({
+export const MODULE_DEFAULTS = Object.freeze({
+  isGlobal: true,
   redis: 'redis://localhost:6379',
   prefix: 'eventrail',
   partitions: 1,
