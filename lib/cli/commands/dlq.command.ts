@@ -27,6 +27,11 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
       ]),
     );
 
+  for (const register of [registerList, registerShow, registerReplay, registerPurge, registerRestore]) register(dlq, runner);
+}
+
+/** `dlq list`: a page of dead letters, with the command for the next one. */
+function registerList(dlq: Command, runner: CliRunner): void {
   dlq
     .command('list')
     .description('a page of dead letters, oldest first')
@@ -57,7 +62,10 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
         }
       }),
     );
+}
 
+/** `dlq show`: one dead letter in full. */
+function registerShow(dlq: Command, runner: CliRunner): void {
   dlq
     .command('show')
     .description('one dead letter with its data, headers and error stack')
@@ -71,7 +79,10 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
         ctx.output.result(letter, () => renderDeadLetter(letter));
       }),
     );
+}
 
+/** `dlq replay`: ids or `--all`, every id checked before anything is replayed. */
+function registerReplay(dlq: Command, runner: CliRunner): void {
   dlq
     .command('replay')
     .description('append dead letters back to the log for this group only (other groups skip them), and remove them from the DLQ')
@@ -108,7 +119,10 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
         );
       }),
     );
+}
 
+/** `dlq purge`: asks first unless `--yes`. */
+function registerPurge(dlq: Command, runner: CliRunner): void {
   dlq
     .command('purge')
     .description('delete every dead letter of a group')
@@ -132,7 +146,10 @@ export function registerDlqCommands(program: Command, runner: CliRunner): void {
         );
       }),
     );
+}
 
+/** `dlq restore`: archived entries back for one group. */
+function registerRestore(dlq: Command, runner: CliRunner): void {
   dlq
     .command('restore')
     .description('append archived entries (retention archive) back to the log for this group only')
