@@ -1,4 +1,5 @@
 import Redis from 'ioredis';
+import { EventrailKeys } from '../../lib/log/keys';
 import { BenchChild } from '../support/children';
 import { createQueue, createWorker, fillQueue, runWorker } from '../support/bullmq';
 import { Countdown } from '../support/countdown';
@@ -84,7 +85,7 @@ async function eventrail(
     handler: async () => countdown.hit(),
   });
   try {
-    if (entries === 'minimal') await fillStream(ctx, `{${ctx.prefix}:0}:log`, events, false);
+    if (entries === 'minimal') await fillStream(ctx, new EventrailKeys(ctx.prefix, partitions).stream(0), events, false);
     else await fillLog(app, events, KEYS);
     const started = performance.now();
     await startConsumers(app);

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { createServer, Server } from 'node:net';
 import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailPublisher, GroupStatus, LogStats, OnEvent } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { waitFor } from '../support/helpers';
 import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
@@ -98,8 +99,9 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       .publishMany(Array.from({ length: 20_002 }, (_, n) => ({ event: 'bulk.item', data: { n }, partition: 0 })));
     // Groups whose workers are gone: one never consumed (its lag is the length, exact), one stopped
     // with more than the cap on both sides of its offset (capped).
-    await suite.redis.sadd(`${suite.prefix}:groups`, 'ghost', 'stalled');
-    await suite.redis.set(`{${suite.prefix}:0}:offset:stalled`, published[10_000].offset);
+    const keys = new EventrailKeys(suite.prefix, 2);
+    await suite.redis.sadd(keys.groups, 'ghost', 'stalled');
+    await suite.redis.set(keys.offset('stalled', 0), published[10_000].offset);
 
     const [table, json] = await Promise.all([runCli(['groups'], cliEnv(suite.prefix)), runCli(['groups', '--json'], cliEnv(suite.prefix))]);
     expect(outcome(table)).toEqual({ code: 0, stderr: '' });
@@ -139,7 +141,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
         stderr: expect.stringMatching(/^eventrail: No eventrail log with prefix "cli-\w+-none"/),
       });
       // A read must not create the log it did not find.
-      expect(await suite.redis.exists(`${suite.prefix}-none:meta`)).toBe(0);
+      expect(await suite.redis.exists(new EventrailKeys(`${suite.prefix}-none`, 1).meta)).toBe(0);
       expect(outcome(refused)).toEqual({ code: 1, stderr: expect.stringContaining('ECONNREFUSED') });
       expect(refused.ms).toBeLessThan(5_000);
       // The flag beats the environment: refused went to the closed port although EVENTRAIL_REDIS_URL is the test Redis.

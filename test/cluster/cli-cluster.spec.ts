@@ -14,6 +14,7 @@ import {
   PartitionLogStats,
   PublishResult,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { assertBuilt, CliProcess, cliEnv, killAll, outcome, parseJson, runCli } from '../cli/cli.harness';
 import { testRedisUrl, waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
@@ -170,7 +171,7 @@ describe('eventrail CLI on Redis Cluster', () => {
     await boot(prefix, []);
     // A node that does not serve the log's metadata answers MOVED to a plain connection.
     const probe = new Redis(cluster.nodes[0].port, '127.0.0.1');
-    const slot = (await probe.cluster('KEYSLOT', `${prefix}:meta`)) as unknown as number;
+    const slot = (await probe.cluster('KEYSLOT', new EventrailKeys(prefix, 6).meta)) as unknown as number;
     probe.disconnect();
     const owner = (await cluster.masters()).find((m) => m.slots.some(([from, to]) => slot >= from && slot <= to));
     const other = cluster.nodes.find((n) => n.port !== owner?.port) as { port: number };

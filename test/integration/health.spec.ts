@@ -14,6 +14,7 @@ import {
   OnEvent,
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule, EventrailHealthOptions, GroupHealth } from '../../lib/health';
+import { EventrailKeys } from '../../lib/log/keys';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -233,7 +234,8 @@ describe('EventrailHealthIndicator', () => {
   it('is down when a partition has no live lease, and when the worker stopped', async () => {
     const { app, check } = await boot();
     await upWithin(() => check(), 'healthy at start');
-    const lease = `{${prefix}:1}:lease:books`;
+    const keys = new EventrailKeys(prefix, 2);
+    const lease = keys.lease('books', 1);
 
     // The lease of partition 1 vanishes (as after an admin reset). Renewals run every 20 s and
     // nothing is published, so the worker does not notice until told to rebalance below.
@@ -253,7 +255,7 @@ describe('EventrailHealthIndicator', () => {
 
     // Freed and announced: the worker finds its lease gone, drops the partition and takes it again.
     await redis.del(lease);
-    await redis.publish(`${prefix}:rebalance`, 'books');
+    await redis.publish(keys.rebalanceChannel, 'books');
     await upWithin(() => check(), 'healthy once partition 1 is taken again');
 
     // Consumers stopped: no worker here, leases released, nobody covers the partitions.
