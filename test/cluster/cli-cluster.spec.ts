@@ -1,11 +1,9 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
   DeadLetter,
   EventrailAdmin,
   EventrailMessage,
-  EventrailModule,
   EventrailPublisher,
   LogEntry,
   NodeStatus,
@@ -16,6 +14,7 @@ import {
 } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { assertBuilt, CliProcess, cliEnv, killAll, outcome, parseJson, runCli } from '../cli/cli.harness';
+import { createApp } from '../support/app';
 import { testRedisUrl, waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
 import { freePort } from '../support/redis-server';
@@ -47,11 +46,7 @@ describe('eventrail CLI on Redis Cluster', () => {
     cliEnv(prefix, { EVENTRAIL_REDIS_URL: seeds, ...extra });
 
   const boot = async (prefix: string, providers: unknown[]): Promise<INestApplicationContext> => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 6 })],
-      providers: providers.map((p) => p as never),
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 6 }, providers as never[]);
     apps.push(app);
     return app;
   };
