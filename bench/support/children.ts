@@ -1,5 +1,6 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { spawnTypeScript } from '../../test/support/child-processes';
 
 /** What a benchmark child process tells its parent. */
 export type ChildReport =
@@ -13,12 +14,7 @@ export type ChildReport =
 /** What the parent tells a child. */
 export type ChildCommand = { type: 'start' } | { type: 'stop' };
 
-const ROOT = join(__dirname, '..', '..');
 const CONFIG_ENV = 'BENCH_CHILD_CONFIG';
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
-});
 
 /**
  * A child process running `bench/processes/<script>.ts` through
@@ -34,15 +30,13 @@ export class BenchChild {
   /** `nodeArgs`: node flags this child needs; BENCH_CHILD_NODE_ARGS adds to them. */
   constructor(script: string, config: object, nodeArgs: string[] = []) {
     nodeArgs = [...nodeArgs, ...(process.env.BENCH_CHILD_NODE_ARGS?.split(' ').filter(Boolean) ?? [])];
-    this.child = spawn(process.execPath, [...nodeArgs, '-r', '@swc-node/register', join('bench', 'processes', `${script}.ts`)], {
-      cwd: ROOT,
-      env: { ...process.env, [CONFIG_ENV]: JSON.stringify(config) },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    this.child = spawnTypeScript(join(__dirname, '..', 'processes', `${script}.ts`), {
+      env: { [CONFIG_ENV]: JSON.stringify(config) },
+      nodeArgs,
+      output: 'inherit',
     });
-    live.add(this.child);
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
-        live.delete(this.child);
         this.exitInfo = `${script} exited (${signal ?? `code ${code}`})`;
         resolve();
       }),
