@@ -95,6 +95,21 @@ export function report(message: ChildReport): void {
 }
 
 /**
+ * In a child: runs `main` (which starts what the child needs and registers its
+ * commands with `onCommands`), then reports `ready`; a failure is reported as
+ * `failed` and exits 1.
+ */
+export function runChild(main: () => Promise<void>): void {
+  main().then(
+    () => report({ type: 'ready' }),
+    (error: unknown) => {
+      report({ type: 'failed', message: failureText(error) });
+      process.exit(1);
+    },
+  );
+}
+
+/**
  * In a child: runs `handlers` on the parent's commands, and exits when the
  * parent goes away (it died, or was killed) so no child outlives a run.
  */
@@ -102,8 +117,12 @@ export function onCommands(handlers: Record<ChildCommand['type'], () => Promise<
   process.on('disconnect', () => process.exit(1));
   process.on('message', (command: ChildCommand) => {
     handlers[command.type]().catch((error: unknown) => {
-      report({ type: 'failed', message: (error as Error).stack ?? String(error) });
+      report({ type: 'failed', message: failureText(error) });
       process.exitCode = 1;
     });
   });
+}
+
+function failureText(error: unknown): string {
+  return (error as Error).stack ?? String(error);
 }
