@@ -1,12 +1,10 @@
 import { INestApplicationContext, Injectable, ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
   EventrailAdmin,
   EventrailConsumers,
   EventrailMessage,
-  EventrailModule,
   EventrailModuleOptions,
   EventrailPublisher,
   InvalidOptionError,
@@ -15,6 +13,7 @@ import {
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule, EventrailHealthOptions, GroupHealth } from '../../lib/health';
 import { EventrailKeys } from '../../lib/log/keys';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -78,15 +77,7 @@ describe('EventrailHealthIndicator', () => {
 
   /** A Nest app as a user would build it: EventrailModule, TerminusModule and EventrailHealthModule. */
   const boot = async (options: EventrailModuleOptions = {}): Promise<Booted> => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 2, ...options }),
-        TerminusModule,
-        EventrailHealthModule,
-      ],
-      providers: [Books],
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ prefix, partitions: 2, ...options }, [Books], [TerminusModule, EventrailHealthModule]);
     apps.push(app);
     const indicator = app.get(EventrailHealthIndicator);
     const check = async (checkOptions?: EventrailHealthOptions): Promise<Report> =>

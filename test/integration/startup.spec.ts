@@ -93,10 +93,7 @@ describe('startup and outages', () => {
 
   it('starts degraded when allowed, rejects publishes while Redis is down, and recovers when it comes up', async () => {
     const port = await freePort();
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 200, allowDegradedStart: true })],
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 200, allowDegradedStart: true });
     const publisher = app.get(EventrailPublisher);
     await expect(publisher.publish('while.down', {})).rejects.toBeInstanceOf(RedisUnavailableError);
     const server = await startRedisServer(port);
