@@ -3,21 +3,13 @@ import { createServer, Server } from 'node:net';
 import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailPublisher, GroupStatus, LogStats, OnEvent } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { waitFor } from '../support/helpers';
+import { freePort } from '../support/redis-server';
 import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
 @Injectable()
 class Billing {
   @OnEvent(['invoice.created', 'invoice.paid'], 'billing')
   handle(_message: EventrailMessage): void {}
-}
-
-/** A port nothing listens on: bound, then released. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 describe('eventrail CLI: read commands, failures and usage errors', () => {
@@ -120,7 +112,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
     const blackhole: Server = createServer((socket) => socket.resume());
     await new Promise<void>((resolve) => blackhole.listen(0, '127.0.0.1', resolve));
     const silentPort = (blackhole.address() as { port: number }).port;
-    const refusedPort = await closedPort();
+    const refusedPort = await freePort();
     try {
       const [unknown, unknownJson, noLog, refused, silent] = await Promise.all([
         runCli(['group', 'nope'], cliEnv(suite.prefix)),

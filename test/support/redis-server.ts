@@ -23,7 +23,7 @@ process.once('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
-/** A free TCP port on loopback, as the OS hands it out. */
+/** A free TCP port on loopback, as the OS hands it out: nothing listens on it (a connection is refused) until someone binds it. */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
