@@ -23,7 +23,7 @@ const nodeCommonJsGlobals = {
 };
 
 export default defineConfig(
-  { ignores: ['dist/', 'node_modules/', 'coverage/', 'bench/results/', 'test/artifacts/'] },
+  { ignores: ['dist/', 'dist-sample/', 'node_modules/', 'coverage/', 'bench/results/', 'test/artifacts/'] },
   js.configs.recommended,
   tseslint.configs.recommended,
   {

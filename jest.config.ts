@@ -20,6 +20,8 @@ const config: Config = {
   transform: { '^.+\\.(t|j|mj)s$': swc as never },
   transformIgnorePatterns: ['/node_modules/(?!(@nestjs|uid|load-esm|file-type|strtok3|token-types|peek-readable|@tokenizer)/)'],
   moduleFileExtensions: ['ts', 'js', 'mjs', 'json'],
+  // Library logs off unless EVENTRAIL_TEST_LOGS=1.
+  setupFiles: ['<rootDir>/test/support/quiet-logs.ts'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 60_000,

@@ -14,10 +14,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, release } from 'node:os';
 import { join } from 'node:path';
 import Redis from 'ioredis';
+import { deletePrefix } from '../test/support/helpers';
 import { scenarioFactories } from './scenarios';
 import { BenchResult, PassResult, resultMarkdown, ScenarioResult, scenarioText, TargetResult, VariantResult } from './support/report';
 import { BenchRedis, externalRedis, startRedisServer } from './support/redis-server';
-import { deletePrefix, info } from './support/redis-tools';
+import { info } from './support/redis-tools';
 import { Measurement, Scenario, Size, Target, Variant } from './support/scenario';
 import { summarize } from './support/stats';
 

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { Gauge, Registry } from 'prom-client';
-import { EventrailAdmin, GroupStatus } from '../lib';
+import { EventrailAdmin, GroupStatus } from 'nestjs-eventrail';
 
 /**
  * Fleet-wide gauges per group, read from Redis through the admin service at

@@ -1,6 +1,6 @@
 import { Controller, Get } from '@nestjs/common';
 import { HealthCheck, HealthCheckResult, HealthCheckService } from '@nestjs/terminus';
-import { EventrailHealthIndicator } from '../lib/health';
+import { EventrailHealthIndicator } from 'nestjs-eventrail/health';
 
 @Controller('health')
 export class HealthController {

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { EventrailMessage, OnEvent } from '../lib';
+import { EventrailMessage, OnEvent } from 'nestjs-eventrail';
 import { PAYMENT_COMPLETED, PaymentCompleted } from './payment-events';
 
 export interface LedgerSnapshot {

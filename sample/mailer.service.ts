@@ -1,5 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { EventrailMessage, OnEvent } from '../lib';
+import { EventrailMessage, OnEvent } from 'nestjs-eventrail';
 import { PAYMENT_COMPLETED, PaymentCompleted } from './payment-events';
 
 /** Consumer group `mailer`: sends a receipt for every completed payment. */

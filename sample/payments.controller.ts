@@ -1,6 +1,6 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { EventrailPublisher, PublishResult } from '../lib';
+import { EventrailPublisher, PublishResult } from 'nestjs-eventrail';
 import { PAYMENT_COMPLETED, PaymentCompleted } from './payment-events';
 
 interface CompletePaymentBody {

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 // `npm run sample`: runs sample/main.ts against a Redis, starting a throwaway
 // one when none is at hand.
 //
@@ -8,6 +9,11 @@
 //
 // `npm run sample -- --smoke` (or SAMPLE_SMOKE=1) posts a few payments to the
 // sample, waits until both consumer groups handled them and exits 0 (1 on failure).
+//
+// Other arguments are the node command line of the sample, instead of running
+// sample/main.ts from TypeScript. `nest start` uses that: nest-cli.json names this
+// script as the `exec` that runs the compiled entry, so the CLI runs
+//   scripts/run-sample.js --enable-source-maps dist-sample/sample/main.js
 'use strict';
 
 const { spawn } = require('node:child_process');
@@ -31,6 +37,13 @@ let ownRedis;
 /** The sample process. */
 let sample;
 let stopRequested = false;
+/** When the first stop signal came (ms); see onSignal. */
+let stopRequestedAt = 0;
+/**
+ * A repeat of a signal sooner than this is the same Ctrl-C delivered twice: once
+ * by the terminal and once forwarded by a launcher (`nest start --no-shell`).
+ */
+const SAME_SIGNAL_MS = 1000;
 
 function log(message) {
   console.log(`[run-sample] ${message}`);
@@ -134,17 +147,22 @@ function onSignal(signal) {
   }
   if (sample.exitCode !== null || sample.signalCode !== null) return;
   if (stopRequested) {
+    if (Date.now() - stopRequestedAt < SAME_SIGNAL_MS) return;
     log(`${signal} again: killing the sample`);
     sample.kill('SIGKILL');
     return;
   }
   stopRequested = true;
+  stopRequestedAt = Date.now();
   // From a terminal the sample usually got the signal too; Nest ignores the repeat.
   sample.kill(signal);
 }
 
 async function main() {
-  const smoke = process.argv.includes('--smoke') || process.env.SAMPLE_SMOKE === '1';
+  const args = process.argv.slice(2);
+  const smoke = args.includes('--smoke') || process.env.SAMPLE_SMOKE === '1';
+  const nodeArgs = args.filter((arg) => arg !== '--smoke');
+  if (nodeArgs.length === 0) nodeArgs.push('-r', '@swc-node/register', join('sample', 'main.ts'));
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   // Last resort (an unexpected throw, process.exit): never leave redis-server behind.
@@ -153,7 +171,7 @@ async function main() {
   const url = await resolveRedisUrl();
   if (stopRequested) return 0;
   const env = { ...process.env, EVENTRAIL_REDIS_URL: url, ...(smoke ? { SAMPLE_SMOKE: '1' } : {}) };
-  sample = spawn(process.execPath, ['-r', '@swc-node/register', join('sample', 'main.ts')], { cwd: ROOT, env, stdio: 'inherit' });
+  sample = spawn(process.execPath, nodeArgs, { cwd: ROOT, env, stdio: 'inherit' });
   const { code, signal } = await new Promise((resolve, reject) => {
     sample.once('error', reject);
     sample.once('exit', (exitCode, exitSignal) => resolve({ code: exitCode, signal: exitSignal }));

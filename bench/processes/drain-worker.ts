@@ -2,7 +2,7 @@
 // given partitions and concurrency once the parent says start, and reports how
 // many events it handled and when the last one was.
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
-import { childConfig, onCommands, report } from '../support/children';
+import { childConfig, onCommands, report, runChild } from '../support/children';
 import { epochNow } from '../support/payload';
 
 export interface DrainWorkerConfig {
@@ -45,10 +45,6 @@ async function main(): Promise<void> {
       process.exit(0);
     },
   });
-  report({ type: 'ready' });
 }
 
-main().catch((error: unknown) => {
-  report({ type: 'failed', message: (error as Error).stack ?? String(error) });
-  process.exit(1);
-});
+runChild(main);

@@ -5,7 +5,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailMessage, OnEvent } from '../../lib';
-import { childConfig, onCommands, report } from '../support/children';
+import { childConfig, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
 import { BENCH_EVENT, epochNow } from '../support/payload';
 import { IDLE_GROUPS, IdleAppConfig } from '../scenarios/idle';
@@ -58,10 +58,6 @@ async function main(): Promise<void> {
       process.exit(0);
     },
   });
-  report({ type: 'ready' });
 }
 
-main().catch((error: unknown) => {
-  report({ type: 'failed', message: (error as Error).stack ?? String(error) });
-  process.exit(1);
-});
+runChild(main);

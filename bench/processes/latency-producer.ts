@@ -5,7 +5,7 @@ import Redis from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailPublisher } from '../../lib';
 import { createQueue, JOB_OPTIONS } from '../support/bullmq';
-import { childConfig, onCommands, report } from '../support/children';
+import { childConfig, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp } from '../support/eventrail-app';
 import { BENCH_EVENT, BenchPayload, epochNow, makePayload, minimalFields } from '../support/payload';
 
@@ -74,10 +74,6 @@ async function main(): Promise<void> {
       process.exit(0);
     },
   });
-  report({ type: 'ready' });
 }
 
-main().catch((error: unknown) => {
-  report({ type: 'failed', message: (error as Error).stack ?? String(error) });
-  process.exit(1);
-});
+runChild(main);

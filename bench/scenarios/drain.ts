@@ -1,4 +1,5 @@
 import Redis from 'ioredis';
+import { EventrailKeys } from '../../lib/log/keys';
 import { BenchChild } from '../support/children';
 import { createQueue, createWorker, fillQueue, runWorker } from '../support/bullmq';
 import { Countdown } from '../support/countdown';
@@ -16,6 +17,14 @@ type XReadReply = Array<[string, Array<[string, string[]]>]> | null;
 /** How long a drain may take before the run fails: generous, it only stops a stuck run. */
 export function drainDeadline(events: number): number {
   return 30_000 + events;
+}
+
+/** Starts the consumers of a filled log or queue and times them until `countdown` has seen every event. */
+export async function timeDrain(countdown: Countdown, events: number, what: string, start: () => unknown): Promise<Measurement> {
+  const started = performance.now();
+  await start();
+  await countdown.wait(drainDeadline(events), what);
+  return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
 }
 
 /** Drain a backlog: a no-op async handler over a prefilled log, against a raw XREAD loop and BullMQ workers. */
@@ -84,12 +93,9 @@ async function eventrail(
     handler: async () => countdown.hit(),
   });
   try {
-    if (entries === 'minimal') await fillStream(ctx, `{${ctx.prefix}:0}:log`, events, false);
+    if (entries === 'minimal') await fillStream(ctx, new EventrailKeys(ctx.prefix, partitions).stream(0), events, false);
     else await fillLog(app, events, KEYS);
-    const started = performance.now();
-    await startConsumers(app);
-    await countdown.wait(drainDeadline(events), 'eventrail drain');
-    return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
+    return await timeDrain(countdown, events, 'eventrail drain', () => startConsumers(app));
   } finally {
     await app.close();
   }
@@ -185,10 +191,7 @@ async function bullmq(ctx: RunContext, events: number, concurrency: number): Pro
   try {
     await fillQueue(queue, events);
     await worker.waitUntilReady();
-    const started = performance.now();
-    runWorker(worker);
-    await countdown.wait(drainDeadline(events), `BullMQ drain at concurrency ${concurrency}`);
-    return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
+    return await timeDrain(countdown, events, `BullMQ drain at concurrency ${concurrency}`, () => runWorker(worker));
   } finally {
     await worker.close();
     await queue.close();

@@ -1,5 +1,6 @@
 import Redis from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { EventrailKeys } from '../../lib/log/keys';
 import type { LatencyProducerConfig } from '../processes/latency-producer';
 import { createWorker, runWorker } from '../support/bullmq';
 import { BenchChild } from '../support/children';
@@ -60,7 +61,7 @@ export async function measure(
 ): Promise<Measurement> {
   // A raw producer may feed eventrail's consumer, and eventrail's publisher a raw consumer: both use partition 0's stream then.
   const mixed = system !== consumerSystem;
-  const stream = mixed ? `{${ctx.prefix}:0}:log` : `${ctx.prefix}:stream`;
+  const stream = mixed ? new EventrailKeys(ctx.prefix, 1).stream(0) : `${ctx.prefix}:stream`;
   const config: LatencyProducerConfig = { url: ctx.url, prefix: ctx.prefix, system, stream, ratePerSecond: RATE_PER_SECOND, durationMs };
   const expected = Math.round((RATE_PER_SECOND * durationMs) / 1000);
   const samples: number[] = [];

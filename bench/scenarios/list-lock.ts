@@ -5,7 +5,7 @@ import { createEventrailApp, fillLog, startConsumers } from '../support/eventrai
 import { BENCH_EVENT, PAYLOAD } from '../support/payload';
 import { Measurement, RATE, RunContext, Scenario, Size } from '../support/scenario';
 import { perSecond } from '../support/stats';
-import { drainDeadline } from './drain';
+import { timeDrain } from './drain';
 
 /** The design eventrail replaces: a list, an offset and a lock, several round trips per event. */
 export function listLock(size: Size): Scenario {
@@ -29,10 +29,7 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   const app = await createEventrailApp({ url: ctx.url, prefix: ctx.prefix, handler: async () => countdown.hit() });
   try {
     await fillLog(app, events);
-    const started = performance.now();
-    await startConsumers(app);
-    await countdown.wait(drainDeadline(events), 'eventrail drain');
-    return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
+    return await timeDrain(countdown, events, 'eventrail drain', () => startConsumers(app));
   } finally {
     await app.close();
   }

@@ -1,3 +1,4 @@
+import { EventrailKeys } from '../../lib/log/keys';
 import { createQueue, fillQueue } from '../support/bullmq';
 import { createEventrailApp, fillLog } from '../support/eventrail-app';
 import { eventrailLikeFields, minimalFields, PAYLOAD } from '../support/payload';
@@ -38,7 +39,7 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   const app = await createEventrailApp({ url: ctx.url, prefix: ctx.prefix });
   try {
     const measurement = await perEvent(ctx, events, () => fillLog(app, events));
-    measurement.done = await ctx.admin.xlen(`{${ctx.prefix}:0}:log`);
+    measurement.done = await ctx.admin.xlen(new EventrailKeys(ctx.prefix, 1).stream(0));
     return measurement;
   } finally {
     await app.close();

@@ -3,8 +3,7 @@ import { createQueue, createWorker, fillQueue, runWorker } from '../support/bull
 import { Countdown } from '../support/countdown';
 import { createEventrailApp, fillLog, startConsumers } from '../support/eventrail-app';
 import { Measurement, RATE, RunContext, Scenario, Size } from '../support/scenario';
-import { perSecond } from '../support/stats';
-import { drainDeadline } from './drain';
+import { timeDrain } from './drain';
 
 const KEYS = 1000;
 const CONCURRENCY = 64;
@@ -44,10 +43,7 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   });
   try {
     await fillLog(app, events, KEYS);
-    const started = performance.now();
-    await startConsumers(app);
-    await countdown.wait(drainDeadline(events), 'eventrail with waiting handlers');
-    return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
+    return await timeDrain(countdown, events, 'eventrail with waiting handlers', () => startConsumers(app));
   } finally {
     await app.close();
   }
@@ -60,10 +56,7 @@ async function bullmq(ctx: RunContext, events: number): Promise<Measurement> {
   try {
     await fillQueue(queue, events);
     await worker.waitUntilReady();
-    const started = performance.now();
-    runWorker(worker);
-    await countdown.wait(drainDeadline(events), 'BullMQ with waiting handlers');
-    return { metrics: { rate: perSecond(events, countdown.finishedAt - started) }, expected: events, done: countdown.count };
+    return await timeDrain(countdown, events, 'BullMQ with waiting handlers', () => runWorker(worker));
   } finally {
     await worker.close();
     await queue.close();

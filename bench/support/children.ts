@@ -1,5 +1,6 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { spawnTypeScript } from '../../test/support/child-processes';
 
 /** What a benchmark child process tells its parent. */
 export type ChildReport =
@@ -13,12 +14,7 @@ export type ChildReport =
 /** What the parent tells a child. */
 export type ChildCommand = { type: 'start' } | { type: 'stop' };
 
-const ROOT = join(__dirname, '..', '..');
 const CONFIG_ENV = 'BENCH_CHILD_CONFIG';
-const live = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
-});
 
 /**
  * A child process running `bench/processes/<script>.ts` through
@@ -34,15 +30,13 @@ export class BenchChild {
   /** `nodeArgs`: node flags this child needs; BENCH_CHILD_NODE_ARGS adds to them. */
   constructor(script: string, config: object, nodeArgs: string[] = []) {
     nodeArgs = [...nodeArgs, ...(process.env.BENCH_CHILD_NODE_ARGS?.split(' ').filter(Boolean) ?? [])];
-    this.child = spawn(process.execPath, [...nodeArgs, '-r', '@swc-node/register', join('bench', 'processes', `${script}.ts`)], {
-      cwd: ROOT,
-      env: { ...process.env, [CONFIG_ENV]: JSON.stringify(config) },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    this.child = spawnTypeScript(join(__dirname, '..', 'processes', `${script}.ts`), {
+      env: { [CONFIG_ENV]: JSON.stringify(config) },
+      nodeArgs,
+      output: 'inherit',
     });
-    live.add(this.child);
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
-        live.delete(this.child);
         this.exitInfo = `${script} exited (${signal ?? `code ${code}`})`;
         resolve();
       }),
@@ -101,6 +95,21 @@ export function report(message: ChildReport): void {
 }
 
 /**
+ * In a child: runs `main` (which starts what the child needs and registers its
+ * commands with `onCommands`), then reports `ready`; a failure is reported as
+ * `failed` and exits 1.
+ */
+export function runChild(main: () => Promise<void>): void {
+  main().then(
+    () => report({ type: 'ready' }),
+    (error: unknown) => {
+      report({ type: 'failed', message: failureText(error) });
+      process.exit(1);
+    },
+  );
+}
+
+/**
  * In a child: runs `handlers` on the parent's commands, and exits when the
  * parent goes away (it died, or was killed) so no child outlives a run.
  */
@@ -108,8 +117,12 @@ export function onCommands(handlers: Record<ChildCommand['type'], () => Promise<
   process.on('disconnect', () => process.exit(1));
   process.on('message', (command: ChildCommand) => {
     handlers[command.type]().catch((error: unknown) => {
-      report({ type: 'failed', message: (error as Error).stack ?? String(error) });
+      report({ type: 'failed', message: failureText(error) });
       process.exitCode = 1;
     });
   });
+}
+
+function failureText(error: unknown): string {
+  return (error as Error).stack ?? String(error);
 }

@@ -1,17 +1,5 @@
 import type Redis from 'ioredis';
 
-/** Deletes every key under `prefix`: eventrail's (`P:*`, `{P:*`), BullMQ's (`P:*`) and the raw references' (`P:*`). */
-export async function deletePrefix(redis: Redis, prefix: string): Promise<void> {
-  for (const pattern of [`${prefix}:*`, `{${prefix}:*`]) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.unlink(...keys);
-    } while (cursor !== '0');
-  }
-}
-
 /** `INFO <section>` as a map of field to value. */
 export async function info(redis: Redis, section: string): Promise<Map<string, string>> {
   const text = await redis.info(section);

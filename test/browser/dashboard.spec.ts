@@ -15,6 +15,7 @@ import {
   PublishResult,
 } from '../../lib';
 import { EventrailDashboardModule } from '../../lib/dashboard/eventrail-dashboard.module';
+import { EventrailKeys } from '../../lib/log/keys';
 import type { EventrailDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -137,7 +138,7 @@ suite('dashboard in a real browser', () => {
     publisher = app.get(EventrailPublisher);
     admin = app.get(EventrailAdmin);
     // A group nobody consumes any more: all of the log is its lag.
-    await redis.sadd(`${prefix}:groups`, 'analytics');
+    await redis.sadd(new EventrailKeys(prefix, 4).groups, 'analytics');
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: [

@@ -1,11 +1,11 @@
-import { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
-import { EventrailModule, EventrailPublisher, PublishInput, PublishResult } from '../../lib';
+import { EventrailPublisher, PublishInput, PublishResult } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { chaosKeys, EVENTS, GROUPS } from './support/chaos-protocol';
 import { offsetsAndEnds } from './support/log-checks';
+import { useSupervisedRun } from './support/supervised-run';
 import { Supervisor } from './support/supervisor';
 
 const PARTITIONS = 4;
@@ -53,15 +53,7 @@ interface Sends {
 describe('chaos: double sends and crashed consumers', () => {
   const redis = new Redis(testRedisUrl());
   const prefixes: string[] = [];
-  let supervisor: Supervisor | undefined;
-  let app: INestApplicationContext | undefined;
-
-  afterEach(async () => {
-    await supervisor?.stop();
-    supervisor = undefined;
-    await app?.close();
-    app = undefined;
-  });
+  const current = useSupervisedRun();
 
   afterAll(async () => {
     for (const prefix of prefixes) await deletePrefix(redis, prefix);
@@ -77,14 +69,10 @@ describe('chaos: double sends and crashed consumers', () => {
     const prefix = uniquePrefix(dedup ? 'chaos-dedup-on' : 'chaos-dedup-off');
     prefixes.push(prefix);
     const keys = new EventrailKeys(prefix, PARTITIONS);
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: PARTITIONS, dedupWindowMs: dedup ? DEDUP_WINDOW_MS : 0 }),
-      ],
-    }).compile();
-    app = await moduleRef.init();
+    const app = await createApp({ prefix, partitions: PARTITIONS, dedupWindowMs: dedup ? DEDUP_WINDOW_MS : 0 });
+    current.app = app;
 
-    supervisor = new Supervisor(
+    const sup = new Supervisor(
       {
         mode: 'double-sends',
         redisUrl: testRedisUrl(),
@@ -95,7 +83,7 @@ describe('chaos: double sends and crashed consumers', () => {
       },
       WORKERS,
     );
-    const sup = supervisor;
+    current.supervisor = sup;
     sup.start();
 
     const payments: Payment[] = Array.from({ length: UNIQUE_EVENTS }, (_, n) => ({

@@ -1,13 +1,13 @@
-import { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
-import { EventrailModule, EventrailPublisher } from '../../lib';
+import { EventrailPublisher } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
+import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { chaosKeys, decodeHandling, GROUPS } from './support/chaos-protocol';
 import { DurableRedis } from './support/durable-redis';
 import { KeyedProducer, ProducerLimits } from './support/keyed-producer';
 import { entryRef, keyOrderViolations, offsetsAndEnds, readLog } from './support/log-checks';
+import { useSupervisedRun } from './support/supervised-run';
 import { Supervisor } from './support/supervisor';
 
 const LOCK_TTL_MS = 1500;
@@ -58,20 +58,12 @@ interface Scenario {
 describe('chaos: kill and restart', () => {
   let server: DurableRedis | undefined;
   let redis: Redis | undefined;
-  let app: INestApplicationContext | undefined;
-  let supervisor: Supervisor | undefined;
+  const current = useSupervisedRun();
 
   beforeAll(async () => {
     server = await DurableRedis.start();
     redis = new Redis(server.url);
     redis.on('error', () => undefined); // it reconnects after each restart
-  });
-
-  afterEach(async () => {
-    await supervisor?.stop();
-    supervisor = undefined;
-    await app?.close();
-    app = undefined;
   });
 
   afterAll(async () => {
@@ -122,15 +114,13 @@ describe('chaos: kill and restart', () => {
     const prefix = uniquePrefix('chaos-kill');
     const { partitions } = scenario;
     const keys = new EventrailKeys(prefix, partitions);
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: durable.url, prefix, partitions })],
-    }).compile();
-    app = await moduleRef.init();
+    const app = await createApp({ redis: durable.url, prefix, partitions });
+    current.app = app;
     expect(await client.config('GET', 'appendonly')).toEqual(['appendonly', 'yes']);
     expect(await client.config('GET', 'appendfsync')).toEqual(['appendfsync', 'always']);
 
-    supervisor = new Supervisor({ mode: 'kill-restart', redisUrl: durable.url, prefix, partitions, consumer: CONSUMER }, scenario.workers);
-    const sup = supervisor;
+    const sup = new Supervisor({ mode: 'kill-restart', redisUrl: durable.url, prefix, partitions, consumer: CONSUMER }, scenario.workers);
+    current.supervisor = sup;
     sup.start();
     await waitFor(
       () => sup.readyChildren().length === scenario.workers,

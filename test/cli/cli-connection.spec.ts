@@ -1,16 +1,7 @@
-import { createServer } from 'node:net';
 import { formatCommandLine } from '../../lib/cli/command-line.format';
 import { testRedisUrl } from '../support/helpers';
+import { freePort } from '../support/redis-server';
 import { cliEnv, CliResult, outcome, parseJson, runCli, runPrinted, useCliSuite } from './cli.harness';
-
-/** A port nothing listens on: bound, then released. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** A password with a comma, which once split the URL into "several nodes" and printed both halves. */
 const PASSWORD = 'a,b';
@@ -53,7 +44,7 @@ describe('eventrail CLI: connection URLs', () => {
   });
 
   it('never prints the password when the connection fails or the URL is wrong, with or without --json', async () => {
-    const port = await closedPort();
+    const port = await freePort();
     const refused = `redis://default:${PASSWORD}@127.0.0.1:${port}`;
     const shown = `redis://default:***@127.0.0.1:${port}`;
     const cases: Array<{ args: string[]; env?: Record<string, string>; code: number; message: string }> = [

@@ -1,22 +1,15 @@
 import { Injectable } from '@nestjs/common';
 import { createServer, Server } from 'node:net';
 import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailPublisher, GroupStatus, LogStats, OnEvent } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { waitFor } from '../support/helpers';
+import { freePort } from '../support/redis-server';
 import { cliEnv, outcome, parseJson, runCli, useCliSuite } from './cli.harness';
 
 @Injectable()
 class Billing {
   @OnEvent(['invoice.created', 'invoice.paid'], 'billing')
   handle(_message: EventrailMessage): void {}
-}
-
-/** A port nothing listens on: bound, then released. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 describe('eventrail CLI: read commands, failures and usage errors', () => {
@@ -98,8 +91,9 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       .publishMany(Array.from({ length: 20_002 }, (_, n) => ({ event: 'bulk.item', data: { n }, partition: 0 })));
     // Groups whose workers are gone: one never consumed (its lag is the length, exact), one stopped
     // with more than the cap on both sides of its offset (capped).
-    await suite.redis.sadd(`${suite.prefix}:groups`, 'ghost', 'stalled');
-    await suite.redis.set(`{${suite.prefix}:0}:offset:stalled`, published[10_000].offset);
+    const keys = new EventrailKeys(suite.prefix, 2);
+    await suite.redis.sadd(keys.groups, 'ghost', 'stalled');
+    await suite.redis.set(keys.offset('stalled', 0), published[10_000].offset);
 
     const [table, json] = await Promise.all([runCli(['groups'], cliEnv(suite.prefix)), runCli(['groups', '--json'], cliEnv(suite.prefix))]);
     expect(outcome(table)).toEqual({ code: 0, stderr: '' });
@@ -118,7 +112,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
     const blackhole: Server = createServer((socket) => socket.resume());
     await new Promise<void>((resolve) => blackhole.listen(0, '127.0.0.1', resolve));
     const silentPort = (blackhole.address() as { port: number }).port;
-    const refusedPort = await closedPort();
+    const refusedPort = await freePort();
     try {
       const [unknown, unknownJson, noLog, refused, silent] = await Promise.all([
         runCli(['group', 'nope'], cliEnv(suite.prefix)),
@@ -139,7 +133,7 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
         stderr: expect.stringMatching(/^eventrail: No eventrail log with prefix "cli-\w+-none"/),
       });
       // A read must not create the log it did not find.
-      expect(await suite.redis.exists(`${suite.prefix}-none:meta`)).toBe(0);
+      expect(await suite.redis.exists(new EventrailKeys(`${suite.prefix}-none`, 1).meta)).toBe(0);
       expect(outcome(refused)).toEqual({ code: 1, stderr: expect.stringContaining('ECONNREFUSED') });
       expect(refused.ms).toBeLessThan(5_000);
       // The flag beats the environment: refused went to the closed port although EVENTRAIL_REDIS_URL is the test Redis.

@@ -1,11 +1,9 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
   DeadLetter,
   EventrailAdmin,
   EventrailMessage,
-  EventrailModule,
   EventrailPublisher,
   LogEntry,
   NodeStatus,
@@ -14,7 +12,9 @@ import {
   PartitionLogStats,
   PublishResult,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { assertBuilt, CliProcess, cliEnv, killAll, outcome, parseJson, runCli } from '../cli/cli.harness';
+import { createApp } from '../support/app';
 import { testRedisUrl, waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
 import { freePort } from '../support/redis-server';
@@ -46,11 +46,7 @@ describe('eventrail CLI on Redis Cluster', () => {
     cliEnv(prefix, { EVENTRAIL_REDIS_URL: seeds, ...extra });
 
   const boot = async (prefix: string, providers: unknown[]): Promise<INestApplicationContext> => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 6 })],
-      providers: providers.map((p) => p as never),
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 6 }, providers as never[]);
     apps.push(app);
     return app;
   };
@@ -170,7 +166,7 @@ describe('eventrail CLI on Redis Cluster', () => {
     await boot(prefix, []);
     // A node that does not serve the log's metadata answers MOVED to a plain connection.
     const probe = new Redis(cluster.nodes[0].port, '127.0.0.1');
-    const slot = (await probe.cluster('KEYSLOT', `${prefix}:meta`)) as unknown as number;
+    const slot = (await probe.cluster('KEYSLOT', new EventrailKeys(prefix, 6).meta)) as unknown as number;
     probe.disconnect();
     const owner = (await cluster.masters()).find((m) => m.slots.some(([from, to]) => slot >= from && slot <= to));
     const other = cluster.nodes.find((n) => n.port !== owner?.port) as { port: number };

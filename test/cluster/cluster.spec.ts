@@ -1,11 +1,9 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import {
   EventrailAdmin,
   EventrailConsumers,
   EventrailMessage,
-  EventrailModule,
   EventrailModuleOptions,
   EventrailPublisher,
   EventrailRetention,
@@ -13,6 +11,7 @@ import {
   OnEvent,
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
+import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
 
@@ -56,15 +55,11 @@ describe('on Redis Cluster', () => {
 
   const boot = async (options: EventrailModuleOptions = {}, providers: unknown[] = [Orders, Audit]): Promise<INestApplicationContext> => {
     current = apps.length;
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        EventrailModule.forRoot({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 12, ...options }),
-        TerminusModule,
-        EventrailHealthModule,
-      ],
-      providers: providers.map((p) => p as never),
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp(
+      { redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: 12, ...options },
+      providers as never[],
+      [TerminusModule, EventrailHealthModule],
+    );
     apps.push(app);
     return app;
   };

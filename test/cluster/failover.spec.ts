@@ -1,6 +1,6 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailPublisher, NodeStatus, OnEvent } from '../../lib';
+import { EventrailAdmin, EventrailMessage, EventrailPublisher, NodeStatus, OnEvent } from '../../lib';
+import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
 
@@ -26,19 +26,16 @@ describe('Redis Cluster failover', () => {
   const apps: INestApplicationContext[] = [];
 
   const boot = async (): Promise<INestApplicationContext> => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        EventrailModule.forRoot({
-          redis: { cluster: { nodes: cluster.startupNodes } },
-          prefix: 'failover',
-          partitions: 6,
-          durability: 'replicated',
-          replication: { replicas: 1, timeoutMs: 1_000 },
-        }),
-      ],
-      providers: [Worker],
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp(
+      {
+        redis: { cluster: { nodes: cluster.startupNodes } },
+        prefix: 'failover',
+        partitions: 6,
+        durability: 'replicated',
+        replication: { replicas: 1, timeoutMs: 1_000 },
+      },
+      [Worker],
+    );
     apps.push(app);
     return app;
   };

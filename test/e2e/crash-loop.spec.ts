@@ -1,11 +1,11 @@
-import { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
-import { EventrailAdmin, EventrailModule, EventrailPublisher, partitionForKey, PublishInput, PublishResult } from '../../lib';
+import { EventrailAdmin, EventrailPublisher, partitionForKey, PublishInput, PublishResult } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { chaosKeys, EVENTS, GROUPS } from '../chaos/support/chaos-protocol';
 import { offsetsAndEnds } from '../chaos/support/log-checks';
+import { useSupervisedRun } from '../chaos/support/supervised-run';
 import { Supervisor } from '../chaos/support/supervisor';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
 const LOCK_TTL_MS = 1000;
@@ -35,15 +35,7 @@ interface World {
 describe('e2e: a message that crashes its worker every time', () => {
   const redis = new Redis(testRedisUrl());
   const prefixes: string[] = [];
-  let app: INestApplicationContext | undefined;
-  let supervisor: Supervisor | undefined;
-
-  afterEach(async () => {
-    await supervisor?.stop();
-    supervisor = undefined;
-    await app?.close();
-    app = undefined;
-  });
+  const current = useSupervisedRun();
 
   afterAll(async () => {
     for (const prefix of prefixes) await deletePrefix(redis, prefix);
@@ -172,11 +164,9 @@ describe('e2e: a message that crashes its worker every time', () => {
     const prefix = uniquePrefix('e2e-crash-loop');
     prefixes.push(prefix);
     const keys = new EventrailKeys(prefix, partitions);
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions })],
-    }).compile();
-    app = await moduleRef.init();
-    supervisor = new Supervisor(
+    const app = await createApp({ prefix, partitions });
+    current.app = app;
+    const sup = new Supervisor(
       {
         mode: 'crash-loop',
         redisUrl: testRedisUrl(),
@@ -186,7 +176,7 @@ describe('e2e: a message that crashes its worker every time', () => {
       },
       1,
     );
-    const sup = supervisor;
+    current.supervisor = sup;
     return {
       prefix,
       keys,

@@ -1,9 +1,9 @@
 import { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
-import { EventrailModule, EventrailPublisher, PublishInput, PublishResult } from '../../lib';
+import { EventrailPublisher, PublishInput, PublishResult } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { compareStreamIds } from '../../lib/log/stream-id';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { E2E_EVENT, Fleet, Handled, WorkerConfig } from '../support/processes';
 
@@ -29,10 +29,7 @@ export class E2eWorld {
   }
 
   async start(): Promise<void> {
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix: this.prefix, partitions: this.partitions })],
-    }).compile();
-    this.app = await moduleRef.init();
+    this.app = await createApp({ prefix: this.prefix, partitions: this.partitions });
   }
 
   /** Kills every worker, closes the publisher and deletes the prefix; safe after a failed start. */

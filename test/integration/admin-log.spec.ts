@@ -1,6 +1,7 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailAdmin, EventrailMessage, EventrailPublisher, InvalidOptionError, LogEntry, NonRetryableError, OnEvent } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { readLogPartitions } from '../../lib/log/log-meta';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
@@ -49,7 +50,7 @@ describe('EventrailAdmin: reading the log, following it, dead letters one by one
       partition: 1,
     }));
     const published = await publisher.publishMany(events);
-    await redis.xadd(`{${prefix}:1}:log`, '*', 'event', 'broken'); // no data field
+    await redis.xadd(new EventrailKeys(prefix, 2).stream(1), '*', 'event', 'broken'); // no data field
 
     const first = await admin.readLog(1, { count: 10 });
     expect(first.entries.map((e) => (e.data as { n: number }).n)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);

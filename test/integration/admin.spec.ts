@@ -9,6 +9,7 @@ import {
   OnEvent,
   UnknownGroupError,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -25,6 +26,7 @@ class Counter {
 describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
   let redis: Redis;
   let prefix: string;
+  let keys: EventrailKeys;
   let apps: INestApplicationContext[] = [];
   const start = async (providers: unknown[] = [Counter]): Promise<INestApplicationContext> => {
     const app = await createApp({ prefix, partitions: 2 }, providers as never[]);
@@ -41,6 +43,7 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
   });
   beforeEach(() => {
     prefix = uniquePrefix('adm');
+    keys = new EventrailKeys(prefix, 2);
     seen.length = 0;
   });
   afterEach(async () => {
@@ -54,9 +57,9 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
     const admin = app.get(EventrailAdmin);
     const publisher = app.get(EventrailPublisher);
     const published = await publisher.publishMany([1, 2, 3].map((n) => ({ event: 'n.added', data: { n }, partition: 1 })));
-    await waitFor(async () => (await redis.get(`{${prefix}:1}:offset:counter`)) === published[2].offset, 'consumed');
+    await waitFor(async () => (await redis.get(keys.offset('counter', 1))) === published[2].offset, 'consumed');
     // Lag that nobody consumes: a group registered by hand, as if its workers were gone.
-    await redis.sadd(`${prefix}:groups`, 'ghost');
+    await redis.sadd(keys.groups, 'ghost');
 
     const [counter, ghost] = await admin.groups();
     const workerId = app.get(EventrailConsumers).workerId;
@@ -89,20 +92,20 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
 
     const dry = await admin.resetOffsets('counter', { id: published[2].offset }, { dryRun: true });
     expect(dry.partitions[0]).toEqual({ partition: 0, from: published[3].offset, to: expect.any(String) });
-    expect(await redis.get(`{${prefix}:0}:offset:counter`)).toBe(published[3].offset);
+    expect(await redis.get(keys.offset('counter', 0))).toBe(published[3].offset);
     await expect(admin.resetOffsets('counter', 'start')).rejects.toBeInstanceOf(GroupHasLiveMembersError);
 
     // Forced while running: entries from the third one on are handled again, by the same worker after it lost its lease.
     // Idempotency marks go with the reset, or they would skip what the reset asks for.
-    await redis.zadd(`{${prefix}:0}:done:counter`, Date.now() + 60_000, 'some-event-id');
+    await redis.zadd(keys.done('counter', 0), Date.now() + 60_000, 'some-event-id');
     await admin.resetOffsets('counter', { id: published[2].offset }, { force: true });
-    expect(await redis.exists(`{${prefix}:0}:done:counter`)).toBe(0);
+    expect(await redis.exists(keys.done('counter', 0))).toBe(0);
     await waitFor(
       () => seen.length === 6,
       () => `handled ${JSON.stringify(seen)}`,
     );
     expect(seen).toEqual([1, 2, 3, 4, 3, 4]);
-    await waitFor(async () => (await redis.get(`{${prefix}:0}:offset:counter`)) === published[3].offset, 'committed again');
+    await waitFor(async () => (await redis.get(keys.offset('counter', 0))) === published[3].offset, 'committed again');
 
     // By time and to the end, on a stopped group.
     await closeAll();
@@ -115,16 +118,16 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
 
   it('prunes only groups whose members have all been gone longer than the threshold, and deletes groups', async () => {
     const live = await start();
-    await redis.sadd(`${prefix}:groups`, 'old', 'recent');
-    await redis.set(`${prefix}:group:{old}:seen`, String(Date.now() - 60_000));
+    await redis.sadd(keys.groups, 'old', 'recent');
+    await redis.set(keys.seen('old'), String(Date.now() - 60_000));
     await redis.set(`${prefix}:group:{old}:offset-check`, 'kept by nobody'); // not a key eventrail owns: untouched
-    await redis.set(`{${prefix}:0}:offset:old`, '5-0');
-    await redis.set(`${prefix}:group:{recent}:seen`, String(Date.now()));
+    await redis.set(keys.offset('old', 0), '5-0');
+    await redis.set(keys.seen('recent'), String(Date.now()));
     const admin = live.get(EventrailAdmin);
 
     expect(await admin.pruneStaleGroups({ staleMs: 30_000 })).toEqual(['old']);
-    expect(await redis.exists(`{${prefix}:0}:offset:old`)).toBe(0);
-    expect(await redis.sismember(`${prefix}:groups`, 'old')).toBe(0);
+    expect(await redis.exists(keys.offset('old', 0))).toBe(0);
+    expect(await redis.sismember(keys.groups, 'old')).toBe(0);
     expect(await admin.pruneStaleGroups({ staleMs: 0 })).toEqual(['recent']);
     expect((await admin.groups()).map((g) => g.name)).toEqual(['counter']);
 
@@ -133,6 +136,6 @@ describe('EventrailAdmin: groups, offsets, stale groups, stats', () => {
     const afterStop = await start([]);
     await afterStop.get(EventrailAdmin).deleteGroup('counter');
     expect(await afterStop.get(EventrailAdmin).groups()).toEqual([]);
-    expect(await redis.exists(`{${prefix}:0}:offset:counter`, `${prefix}:group:{counter}:events`)).toBe(0);
+    expect(await redis.exists(keys.offset('counter', 0), keys.events('counter'))).toBe(0);
   });
 });

@@ -1,6 +1,7 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailModuleOptions, EventrailPublisher, NonRetryableError, OnEvent } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -45,6 +46,7 @@ class Worker {
 describe('consumer runtime', () => {
   let redis: Redis;
   let prefix: string;
+  let keys: EventrailKeys;
   let apps: INestApplicationContext[] = [];
 
   const start = async (options: EventrailModuleOptions = {}): Promise<INestApplicationContext> => {
@@ -52,7 +54,7 @@ describe('consumer runtime', () => {
     apps.push(app);
     return app;
   };
-  const offsetOf = (partition = 0): Promise<string | null> => redis.get(`{${prefix}:${partition}}:offset:workers`);
+  const offsetOf = (partition = 0): Promise<string | null> => redis.get(keys.offset('workers', partition));
   const ns = (): number[] => record.handled.map((m) => (m.data as Data).n);
 
   beforeAll(() => {
@@ -60,6 +62,7 @@ describe('consumer runtime', () => {
   });
   beforeEach(() => {
     prefix = uniquePrefix('cons');
+    keys = new EventrailKeys(prefix, 1);
     Object.assign(record, {
       handled: [],
       second: [],
@@ -108,7 +111,7 @@ describe('consumer runtime', () => {
     await waitFor(async () => (await offsetOf()) === end.offset, 'offset past the skipped events');
     expect(ns()).toEqual([2]);
     expect(record.handled[0].id).toBe(last.id);
-    expect(await redis.smembers(`${prefix}:group:{workers}:events`)).toEqual(expect.arrayContaining(['job.run', 'job.other']));
+    expect(await redis.smembers(keys.events('workers'))).toEqual(expect.arrayContaining(['job.run', 'job.other']));
   });
 
   it('retries a failing handler in place, then gives up and moves on; NonRetryableError gives up at once', async () => {
@@ -132,14 +135,14 @@ describe('consumer runtime', () => {
     await waitFor(async () => (await offsetOf()) === committed, 'first three committed');
     await app.close();
     apps = [];
-    await redis.xadd(`{${prefix}:0}:log`, '*', 'event', 'job.other', 'data', '{"n":4}');
+    await redis.xadd(keys.stream(0), '*', 'event', 'job.other', 'data', '{"n":4}');
     await start();
     await waitFor(() => record.handled.length === 4, 'the fourth handled after restart');
     expect(ns()).toEqual([1, 2, 3, 4]);
   });
 
   it('applies initialOffset only when the group has no committed offset', async () => {
-    const log = `{${prefix}:0}:log`;
+    const log = keys.stream(0);
     for (const [id, n] of [
       ['1000-0', 1],
       ['2000-0', 2],
@@ -153,7 +156,7 @@ describe('consumer runtime', () => {
       [{ mode: 'fromId', id: '2000-1' }, [3, 4]],
       [{ mode: 'fromTime', time: new Date(2000) }, [2, 3, 4]],
     ] as const) {
-      await redis.del(`{${prefix}:0}:offset:workers`);
+      await redis.del(keys.offset('workers', 0));
       record.handled = [];
       const app = await start({ consumer: { initialOffset } });
       await waitFor(async () => (await offsetOf()) === '3000-0', `${initialOffset.mode}: committed to the end`);
@@ -163,7 +166,7 @@ describe('consumer runtime', () => {
     }
 
     // fromEnd: only what is published after the group first starts.
-    await redis.del(`{${prefix}:0}:offset:workers`);
+    await redis.del(keys.offset('workers', 0));
     record.handled = [];
     const app = await start({ consumer: { initialOffset: { mode: 'fromEnd' } } });
     expect(await offsetOf()).toBe('3000-0');
@@ -202,7 +205,7 @@ describe('consumer runtime', () => {
     const consumers = app.get(EventrailConsumers);
     const published = await app.get(EventrailPublisher).publish('job.other', { n: 1 });
     expect(consumers.isRunning).toBe(false);
-    expect(await redis.zcard(`${prefix}:group:{workers}:members`)).toBe(0);
+    expect(await redis.zcard(keys.members('workers'))).toBe(0);
     expect(await offsetOf()).toBeNull();
     await consumers.start();
     expect(consumers.ownership()).toEqual({ workers: [0] });
@@ -212,8 +215,8 @@ describe('consumer runtime', () => {
 
   it('never lets a malformed entry stop the group', async () => {
     const app = await start();
-    await redis.xadd(`{${prefix}:0}:log`, '*', 'event', 'job.other', 'data', '{broken');
-    await redis.xadd(`{${prefix}:0}:log`, '*', 'data', '{}');
+    await redis.xadd(keys.stream(0), '*', 'event', 'job.other', 'data', '{broken');
+    await redis.xadd(keys.stream(0), '*', 'data', '{}');
     await app.get(EventrailPublisher).publish('job.other', { n: 9 });
     await waitFor(() => ns().includes(9), 'the valid event after malformed ones');
     expect(ns()).toEqual([9]);

@@ -10,6 +10,7 @@ import {
   OnEvent,
   UnknownGroupError,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -53,6 +54,7 @@ class Audit {
 describe('delivery guarantees', () => {
   let redis: Redis;
   let prefix: string;
+  let keys: EventrailKeys;
   let apps: INestApplicationContext[] = [];
 
   const start = async (options: EventrailModuleOptions = {}, providers: unknown[] = [Billing, Audit]): Promise<INestApplicationContext> => {
@@ -62,13 +64,14 @@ describe('delivery guarantees', () => {
   };
   const billed = (): number[] => behaviour.billing.map((m) => m.data.n);
   const audited = (): number[] => behaviour.audit.map((m) => m.data.n);
-  const committed = (group: string, partition = 0): Promise<string | null> => redis.get(`{${prefix}:${partition}}:offset:${group}`);
+  const committed = (group: string, partition = 0): Promise<string | null> => redis.get(keys.offset(group, partition));
 
   beforeAll(() => {
     redis = new Redis(testRedisUrl());
   });
   beforeEach(() => {
     prefix = uniquePrefix('dlv');
+    keys = new EventrailKeys(prefix, 2); // the most partitions a test here uses
     Object.assign(behaviour, {
       failing: new Set(),
       invalid: new Set(),
@@ -122,7 +125,7 @@ describe('delivery guarantees', () => {
     behaviour.invalid.add(1);
     behaviour.hanging.add(2);
     await app.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'order.placed', data: { n } })));
-    await redis.xadd(`{${prefix}:0}:log`, '*', 'event', 'order.placed', 'data', '{oops');
+    await redis.xadd(keys.stream(0), '*', 'event', 'order.placed', 'data', '{oops');
     const last = await app.get(EventrailPublisher).publish('order.placed', { n: 4 });
     await waitFor(async () => (await committed('billing')) === last.offset, 'offset past all three');
     const letters = await app.get(EventrailAdmin).deadLetters('billing');
@@ -180,7 +183,7 @@ describe('delivery guarantees', () => {
     expect(await admin.deadLetters('billing')).toEqual([]);
 
     // The audit group never sees the replays: wait until it has committed past them.
-    const end = await redis.xrevrange(`{${prefix}:${replayed[2].partition}}:log`, '+', '-', 'COUNT', 1);
+    const end = await redis.xrevrange(keys.stream(replayed[2].partition), '+', '-', 'COUNT', 1);
     await waitFor(async () => (await committed('audit', replayed[2].partition)) === end[0][0], 'audit past the replays');
     expect(audited()).toEqual([1, 2, 3, 4]);
   });
@@ -213,7 +216,7 @@ describe('delivery guarantees', () => {
     const publisher = app.get(EventrailPublisher);
     const first = await publisher.publish('order.placed', { n: 1 }, { id: 'order-1' });
     await waitFor(async () => (await committed('billing')) === first.offset, 'first committed');
-    expect(await redis.zscore(`{${prefix}:0}:done:billing`, 'order-1')).not.toBeNull();
+    expect(await redis.zscore(keys.done('billing', 0), 'order-1')).not.toBeNull();
 
     // The same event again later (an outbox relay retrying), and twice in one batch.
     await publisher.publishMany([
@@ -244,9 +247,9 @@ describe('delivery guarantees', () => {
     ]);
     expect(batch.map((r) => r.duplicate)).toEqual([true, false, true, undefined]);
     expect(batch[2].offset).toBe(batch[1].offset);
-    const stream = `{${prefix}:${first.partition}}:log`;
+    const stream = keys.stream(first.partition);
     expect(await redis.xlen(stream)).toBe(3);
-    await waitFor(async () => (await redis.exists(`{${prefix}:${first.partition}}:dedup:pay-1`)) === 0, 'dedup window over');
+    await waitFor(async () => (await redis.exists(keys.dedup(first.partition, 'pay-1'))) === 0, 'dedup window over');
     expect((await publisher.publish('order.placed', { n: 1 }, { id: 'pay-1', key: 'k' })).duplicate).toBe(false);
     expect(await redis.xlen(stream)).toBe(4);
   });

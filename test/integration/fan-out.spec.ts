@@ -1,7 +1,7 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
-import { EventrailMessage, EventrailModule, EventrailPublisher, OnEvent } from '../../lib';
+import { EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
 const seen: Record<string, string[]> = { mailer: [], ledger: [], audit: [] };
@@ -38,11 +38,7 @@ describe('fan-out to groups', () => {
 
   beforeAll(async () => {
     redis = new Redis(testRedisUrl());
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 4 })],
-      providers: [Mailer, Ledger, Audit],
-    }).compile();
-    app = await moduleRef.init();
+    app = await createApp({ prefix, partitions: 4 }, [Mailer, Ledger, Audit]);
   });
 
   afterAll(async () => {

@@ -1,12 +1,10 @@
 import { INestApplicationContext, Injectable, ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
-import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
   EventrailAdmin,
   EventrailConsumers,
   EventrailMessage,
-  EventrailModule,
   EventrailModuleOptions,
   EventrailPublisher,
   InvalidOptionError,
@@ -14,6 +12,8 @@ import {
   OnEvent,
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule, EventrailHealthOptions, GroupHealth } from '../../lib/health';
+import { EventrailKeys } from '../../lib/log/keys';
+import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -77,15 +77,7 @@ describe('EventrailHealthIndicator', () => {
 
   /** A Nest app as a user would build it: EventrailModule, TerminusModule and EventrailHealthModule. */
   const boot = async (options: EventrailModuleOptions = {}): Promise<Booted> => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 2, ...options }),
-        TerminusModule,
-        EventrailHealthModule,
-      ],
-      providers: [Books],
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ prefix, partitions: 2, ...options }, [Books], [TerminusModule, EventrailHealthModule]);
     apps.push(app);
     const indicator = app.get(EventrailHealthIndicator);
     const check = async (checkOptions?: EventrailHealthOptions): Promise<Report> =>
@@ -233,7 +225,8 @@ describe('EventrailHealthIndicator', () => {
   it('is down when a partition has no live lease, and when the worker stopped', async () => {
     const { app, check } = await boot();
     await upWithin(() => check(), 'healthy at start');
-    const lease = `{${prefix}:1}:lease:books`;
+    const keys = new EventrailKeys(prefix, 2);
+    const lease = keys.lease('books', 1);
 
     // The lease of partition 1 vanishes (as after an admin reset). Renewals run every 20 s and
     // nothing is published, so the worker does not notice until told to rebalance below.
@@ -253,7 +246,7 @@ describe('EventrailHealthIndicator', () => {
 
     // Freed and announced: the worker finds its lease gone, drops the partition and takes it again.
     await redis.del(lease);
-    await redis.publish(`${prefix}:rebalance`, 'books');
+    await redis.publish(keys.rebalanceChannel, 'books');
     await upWithin(() => check(), 'healthy once partition 1 is taken again');
 
     // Consumers stopped: no worker here, leases released, nobody covers the partitions.

@@ -1,6 +1,7 @@
 import { INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailPublisher } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { countEntriesAfter } from '../../lib/log/lag';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
@@ -45,7 +46,7 @@ describe('lag counting', () => {
   });
 
   it('counts only what is still there when the offset is behind a trim', async () => {
-    const stream = `{${prefix}:0}:log`;
+    const stream = new EventrailKeys(prefix, 1).stream(0);
     await redis.xtrim(stream, 'MINID', offsets[20]);
     expect(await count(offsets[4])).toEqual({ lag: 30, capped: false });
   });

@@ -5,9 +5,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Redis from 'ioredis';
 import { EventrailMessage, EventrailModule, EventrailPublisher, OnEvent, RedisUnavailableError } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { waitFor } from '../support/helpers';
 import { freePort, RedisServer, startRedisServer } from '../support/redis-server';
 
+const PREFIX = 'outage';
+const keys = new EventrailKeys(PREFIX, 1);
 const handled: number[] = [];
 
 @Injectable()
@@ -37,7 +40,7 @@ class CapturingLogger implements LoggerService {
 
 async function boot(url: string, logger?: LoggerService): Promise<{ close(): Promise<void>; publisher: EventrailPublisher }> {
   const moduleRef = await Test.createTestingModule({
-    imports: [EventrailModule.forRoot({ redis: url, prefix: 'outage' })],
+    imports: [EventrailModule.forRoot({ redis: url, prefix: PREFIX })],
     providers: [Recorder],
   }).compile();
   if (logger) moduleRef.useLogger(logger);
@@ -100,8 +103,8 @@ describe('Redis persistence and outages', () => {
       30_000,
     );
     const redis = new Redis(server.url);
-    const last = await redis.xrevrange('{outage:0}:log', '+', '-', 'COUNT', 1);
-    await waitFor(async () => (await redis.get('{outage:0}:offset:recorder')) === last[0][0], 'committed to the end', 30_000);
+    const last = await redis.xrevrange(keys.stream(0), '+', '-', 'COUNT', 1);
+    await waitFor(async () => (await redis.get(keys.offset('recorder', 0))) === last[0][0], 'committed to the end', 30_000);
     redis.disconnect();
     await app.close();
     expect(accepted.partition).toBe(0);

@@ -9,18 +9,20 @@ import {
   partitionForKey,
   PayloadTooLargeError,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
 
 describe('EventrailPublisher', () => {
   const prefix = uniquePrefix('pub');
+  const keys = new EventrailKeys(prefix, 4);
   let app: INestApplicationContext;
   let publisher: EventrailPublisher;
   let redis: Redis;
 
   const logLength = async (): Promise<number> => {
     let total = 0;
-    for (let p = 0; p < 4; p++) total += await redis.xlen(`{${prefix}:${p}}:log`);
+    for (const stream of keys.streams) total += await redis.xlen(stream);
     return total;
   };
 
@@ -44,7 +46,7 @@ describe('EventrailPublisher', () => {
     );
     expect(result.partition).toBe(partitionForKey('order-7', 4));
     expect(result.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
-    const [[offset, fields]] = await redis.xrange(`{${prefix}:${result.partition}}:log`, result.offset, result.offset);
+    const [[offset, fields]] = await redis.xrange(keys.stream(result.partition), result.offset, result.offset);
     expect(offset).toBe(result.offset);
     const map = Object.fromEntries(fields.reduce<string[][]>((pairs, v, i) => (i % 2 ? pairs : [...pairs, [v, fields[i + 1]]]), []));
     expect(map).toMatchObject({
@@ -67,7 +69,7 @@ describe('EventrailPublisher', () => {
     const results = await publisher.publishMany(Array.from({ length: 50 }, (_, n) => ({ event: 'seq', data: { n }, key: 'same' })));
     const partition = results[0].partition;
     expect(results.every((r) => r.partition === partition)).toBe(true);
-    const entries = await redis.xrange(`{${prefix}:${partition}}:log`, results[0].offset, '+');
+    const entries = await redis.xrange(keys.stream(partition), results[0].offset, '+');
     const ns = entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n);
     expect(ns).toEqual(Array.from({ length: 50 }, (_, n) => n));
   });

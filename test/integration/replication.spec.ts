@@ -1,18 +1,20 @@
 import Redis from 'ioredis';
 import { INestApplicationContext } from '@nestjs/common';
 import { EventrailPublisher, InvalidPublishOptionsError, ReplicationTimeoutError } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
 describe("durability: 'replicated'", () => {
+  const keys = new EventrailKeys('repl', 1);
   let primary: RedisServer;
   let replica: RedisServer | undefined;
   let app: INestApplicationContext;
 
   beforeAll(async () => {
     primary = await startRedisServer(undefined, ['--repl-diskless-sync-delay', '0']);
-    app = await createApp({ redis: primary.url, prefix: 'repl', replication: { replicas: 1, timeoutMs: 1000 } });
+    app = await createApp({ redis: primary.url, prefix: keys.prefix, replication: { replicas: 1, timeoutMs: 1000 } });
   });
   afterAll(async () => {
     await app.close();
@@ -29,7 +31,7 @@ describe("durability: 'replicated'", () => {
     expect(appended).toHaveLength(1);
     // Appended on the primary all the same: the error says so rather than pretending otherwise.
     const client = new Redis(primary.url);
-    expect(await client.xrange('{repl:0}:log', appended[0].offset, appended[0].offset)).toHaveLength(1);
+    expect(await client.xrange(keys.stream(0), appended[0].offset, appended[0].offset)).toHaveLength(1);
     client.disconnect();
     // Acknowledged durability (the default) does not wait.
     expect((await publisher.publish('order.placed', { n: 2 })).partition).toBe(0);
@@ -47,8 +49,8 @@ describe("durability: 'replicated'", () => {
       { durability: 'replicated' },
     );
     // WAIT returned only after the replica had them: they are readable there now.
-    expect(await replicaClient.xrange('{repl:0}:log', one.offset, one.offset)).toHaveLength(1);
-    expect(await replicaClient.xrange('{repl:0}:log', many[2].offset, many[2].offset)).toHaveLength(1);
+    expect(await replicaClient.xrange(keys.stream(0), one.offset, one.offset)).toHaveLength(1);
+    expect(await replicaClient.xrange(keys.stream(0), many[2].offset, many[2].offset)).toHaveLength(1);
     replicaClient.disconnect();
   });
 });

@@ -10,6 +10,7 @@ import {
   PartitionMismatchError,
   RedisUnavailableError,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { freePort, startRedisServer } from '../support/redis-server';
@@ -44,7 +45,7 @@ describe('startup and outages', () => {
     expect(error).toBeInstanceOf(PartitionMismatchError);
     expect((error as Error).message).toContain('created with partitions: 4');
     expect((error as Error).message).toContain('configured with partitions: 6');
-    expect(await redis.hget(`${prefix}:meta`, 'partitions')).toBe('4');
+    expect(await redis.hget(new EventrailKeys(prefix, 4).meta, 'partitions')).toBe('4');
   });
 
   it('fails invalid options at forRoot and at forRootAsync, naming the option', async () => {
@@ -75,7 +76,7 @@ describe('startup and outages', () => {
     }).compile();
     const app = await moduleRef.init();
     const result = await app.get(EventrailPublisher).publish('async.works', {});
-    expect(await redis.xlen(`{${asyncPrefix}:0}:log`)).toBe(1);
+    expect(await redis.xlen(new EventrailKeys(asyncPrefix, 1).stream(0))).toBe(1);
     expect(result.partition).toBe(0);
     await app.close();
     await deletePrefix(redis, asyncPrefix);
@@ -92,10 +93,7 @@ describe('startup and outages', () => {
 
   it('starts degraded when allowed, rejects publishes while Redis is down, and recovers when it comes up', async () => {
     const port = await freePort();
-    const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 200, allowDegradedStart: true })],
-    }).compile();
-    const app = await moduleRef.init();
+    const app = await createApp({ redis: `redis://127.0.0.1:${port}`, prefix, startupTimeoutMs: 200, allowDegradedStart: true });
     const publisher = app.get(EventrailPublisher);
     await expect(publisher.publish('while.down', {})).rejects.toBeInstanceOf(RedisUnavailableError);
     const server = await startRedisServer(port);

@@ -12,14 +12,14 @@ export function uniquePrefix(name = 't'): string {
   return `${name}-${randomBytes(5).toString('hex')}`;
 }
 
-/** Deletes every key of `prefix` (plain and hash-tagged). */
+/** Deletes every key under `prefix`: eventrail's (`P:*`, `{P:*`) and any other there (the benchmark's BullMQ queues and raw references). */
 export async function deletePrefix(redis: Redis, prefix: string): Promise<void> {
   for (const pattern of [`${prefix}:*`, `{${prefix}:*`]) {
     let cursor = '0';
     do {
       const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
       cursor = next;
-      if (keys.length) await redis.del(...keys);
+      if (keys.length > 0) await redis.unlink(...keys);
     } while (cursor !== '0');
   }
 }

@@ -1,7 +1,8 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { ConsumerOptions } from '../../lib';
+import { killQuietly, spawnTypeScript } from './child-processes';
 
 /** Event type every e2e worker handles; its data is `{ seq }`. */
 export const E2E_EVENT = 'e2e.tick';
@@ -50,15 +51,8 @@ export interface Exit {
   signal: NodeJS.Signals | null;
 }
 
-const ROOT = join(__dirname, '..', '..');
 const WORKER_FILE = join(__dirname, 'worker-process.ts');
 const READY_TIMEOUT_MS = 30_000;
-
-/** Every child still alive, so a crashing test run cannot leave workers behind. */
-const alive = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of alive) killQuietly(child.pid, 'SIGKILL');
-});
 
 /** A running worker process: its output, its reports and ways to signal it. */
 export class WorkerProcess {
@@ -77,7 +71,6 @@ export class WorkerProcess {
   ) {
     this.exited = new Promise((resolve) =>
       child.once('exit', (code, signal) => {
-        alive.delete(child);
         this.exit = { code, signal };
         resolve(this.exit);
       }),
@@ -205,12 +198,7 @@ export class Fleet {
   }
 
   private launch(config: WorkerConfig): WorkerProcess {
-    const child = spawn(process.execPath, ['-r', '@swc-node/register', WORKER_FILE], {
-      cwd: ROOT,
-      env: { ...process.env, ...workerEnv(config) },
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    });
-    alive.add(child);
+    const child = spawnTypeScript(WORKER_FILE, { env: workerEnv(config) });
     const worker = new WorkerProcess(config, child, this);
     this.workers.push(worker);
     return worker;
@@ -230,13 +218,4 @@ function workerEnv(config: WorkerConfig): Record<string, string> {
     WORKER_DELAY_MS: `${min}-${max}`,
     WORKER_GATE_SEQS: (config.gateSeqs ?? []).join(','),
   };
-}
-
-function killQuietly(pid: number | undefined, signal: NodeJS.Signals): void {
-  if (pid === undefined) return;
-  try {
-    process.kill(pid, signal);
-  } catch {
-    // already gone
-  }
 }

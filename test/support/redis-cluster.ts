@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Redis from 'ioredis';
+import { killQuietly } from './child-processes';
 import { freePort, waitUntilAnswers } from './redis-server';
 
 const run = promisify(execFile);
@@ -49,13 +50,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     const node: ClusterNode = {
       port,
       pid: launch(port),
-      kill: (signal = 'SIGKILL') => {
-        try {
-          process.kill(node.pid, signal);
-        } catch {
-          // already gone
-        }
-      },
+      kill: (signal = 'SIGKILL') => void killQuietly(node.pid, signal),
       restart: async () => {
         node.pid = launch(port);
         await waitUntilAnswers(`redis://127.0.0.1:${port}`, 10_000);

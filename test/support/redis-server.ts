@@ -1,16 +1,29 @@
 import { ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
+import { createServer, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import Redis from 'ioredis';
 
+/** A redis-server started by this process (the tests' and the benchmark's). */
 export interface RedisServer {
   url: string;
   port: number;
   pid: number;
-  /** Kills the server (SIGKILL unless told otherwise) and waits for it to exit. */
+  /**
+   * Stops the server and waits for it to exit: SIGKILL unless told otherwise;
+   * another signal is followed by SIGKILL if the server is still there after 5 s.
+   */
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** A free TCP port on loopback, as the OS hands it out. */
+const NOT_INSTALLED = 'redis-server is not on the PATH (apt-get install redis-server, brew install redis)';
+
+/** Servers started here and still running: SIGKILLed if this process exits first, so none is left behind. */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/** A free TCP port on loopback, as the OS hands it out: nothing listens on it (a connection is refused) until someone binds it. */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -23,34 +36,71 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** Starts a throwaway `redis-server` on loopback, without persistence, and waits until it answers. */
+/**
+ * Starts a throwaway `redis-server` on loopback, without persistence, and
+ * waits until it answers; fails at once when it cannot start (not installed,
+ * a bad argument, the port taken), with what it printed. `extraArgs` come last,
+ * so they win over the defaults (`--appendonly yes`, a `--dir` of its own).
+ */
 export async function startRedisServer(port?: number, extraArgs: string[] = []): Promise<RedisServer> {
   const chosen = port ?? (await freePort());
-  const child: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', ...extraArgs],
-    { stdio: 'ignore', detached: true },
-  );
+  // The temp dir as its working directory, where nothing is written without persistence:
+  // .ci/run finds a server left behind by an interrupted run through it (its private TMPDIR).
+  const dir = tmpdir();
+  const args = [
+    '--port',
+    String(chosen),
+    '--bind',
+    '127.0.0.1',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--protected-mode',
+    'no',
+    '--dir',
+    dir,
+  ];
+  // Its own process group: a Ctrl-C in the terminal reaches the test run or the benchmark, which stop it.
+  const child = spawn('redis-server', [...args, ...extraArgs], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   child.unref();
+  running.add(child);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  void exited.then(() => running.delete(child));
+  let output = '';
+  const keep = (chunk: Buffer): void => void (output = (output + chunk.toString()).slice(-2000));
+  const pipes = [child.stdout, child.stderr] as Socket[];
+  for (const pipe of pipes) pipe.on('data', keep);
+  const failed = new Promise<never>((_, reject) => {
+    child.once('error', (error: NodeJS.ErrnoException) => reject(error.code === 'ENOENT' ? new Error(NOT_INSTALLED) : error));
+    void exited.then(() => reject(new Error(`redis-server on port ${chosen} exited at startup:\n${output}`)));
+  });
+  failed.catch(() => undefined);
+
   const url = `redis://127.0.0.1:${chosen}`;
-  await waitUntilAnswers(url, 10_000);
+  await waitUntilAnswers(url, 10_000, failed);
+  // Nothing reads its output any more: drain it, so the server never blocks on a full pipe, without keeping this process alive.
+  for (const pipe of pipes) {
+    pipe.off('data', keep);
+    pipe.resume();
+    pipe.unref();
+  }
   return {
     url,
     port: chosen,
     pid: child.pid as number,
     async stop(signal: NodeJS.Signals = 'SIGKILL') {
-      try {
-        process.kill(child.pid as number, signal);
-      } catch {
-        return;
-      }
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill(signal);
+      const timer = signal === 'SIGKILL' ? undefined : setTimeout(() => child.kill('SIGKILL'), 5_000);
       await exited;
+      clearTimeout(timer);
     },
   };
 }
 
-export async function waitUntilAnswers(url: string, timeoutMs: number): Promise<void> {
+/** Polls PING until the Redis at `url` answers; gives up after `timeoutMs`, or at once when `failed` rejects. */
+export async function waitUntilAnswers(url: string, timeoutMs: number, failed?: Promise<never>): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
@@ -61,10 +111,11 @@ export async function waitUntilAnswers(url: string, timeoutMs: number): Promise<
       return;
     } catch (error) {
       if (Date.now() > deadline)
-        throw new Error(`redis-server at ${url} did not answer within ${timeoutMs} ms: ${(error as Error).message}`, { cause: error });
+        throw new Error(`redis at ${url} did not answer within ${timeoutMs} ms: ${(error as Error).message}`, { cause: error });
     } finally {
       client.disconnect();
     }
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    const pause = new Promise((resolve) => setTimeout(resolve, 50));
+    await (failed ? Promise.race([pause, failed]) : pause);
   }
 }

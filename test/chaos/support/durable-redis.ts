@@ -6,18 +6,6 @@ import { freePort, RedisServer, startRedisServer } from '../../support/redis-ser
 /** Every acknowledged write is on disk before the reply: a SIGKILL loses nothing that was acknowledged. */
 const AOF_ALWAYS = ['--appendonly', 'yes', '--appendfsync', 'always'];
 
-/** Pids of servers started here and not yet stopped, killed if the test run dies first. */
-const running = new Set<number>();
-process.once('exit', () => {
-  for (const pid of running) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});
-
 /**
  * A redis-server of the test's own, with AOF fsynced on every write, in a
  * temporary directory, on a fixed loopback port, so it can be SIGKILLed and
@@ -32,7 +20,7 @@ export class DurableRedis {
     readonly dir: string,
     private server: RedisServer,
   ) {
-    this.track(server);
+    this.pids.push(server.pid);
   }
 
   static async start(): Promise<DurableRedis> {
@@ -59,22 +47,15 @@ export class DurableRedis {
   async crashAndRestart(downMs = 0): Promise<number> {
     const killedAt = Date.now();
     await this.server.stop('SIGKILL');
-    running.delete(this.server.pid);
     if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs));
     this.server = await startRedisServer(this.port, [...AOF_ALWAYS, '--dir', this.dir]);
-    this.track(this.server);
+    this.pids.push(this.server.pid);
     return Date.now() - killedAt;
   }
 
   /** Kills the server and removes its directory. */
   async destroy(): Promise<void> {
     await this.server.stop('SIGKILL');
-    running.delete(this.server.pid);
     rmSync(this.dir, { recursive: true, force: true });
-  }
-
-  private track(server: RedisServer): void {
-    this.pids.push(server.pid);
-    running.add(server.pid);
   }
 }

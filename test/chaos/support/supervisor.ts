@@ -1,18 +1,12 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { GroupStats } from '../../../lib';
+import { killQuietly, spawnTypeScript } from '../../support/child-processes';
 import { ChaosWorkerCommand, ChaosWorkerConfig, ChaosWorkerMessage, chaosWorkerEnv } from './chaos-protocol';
 
-const ROOT = join(__dirname, '..', '..', '..');
 const WORKER_FILE = join(__dirname, 'chaos-worker.ts');
 const TAIL_LINES = 40;
-
-/** Every chaos child still alive, so a test run that dies cannot leave workers behind. */
-const alive = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of alive) killQuietly(child.pid, 'SIGKILL');
-});
 
 export interface WorkerExit {
   slot: number;
@@ -49,7 +43,6 @@ export class ChaosChild {
   ) {
     this.exited = new Promise((resolve) =>
       child.once('exit', (code, signal) => {
-        alive.delete(child);
         const cause = this.killedAs ?? (signal === 'SIGKILL' ? 'crashed' : 'exited');
         this.exit = { slot, pid: this.pid, code, signal, cause, wasReady: this.ready };
         resolve(this.exit);
@@ -204,12 +197,7 @@ export class Supervisor {
   }
 
   private launch(slot: number): void {
-    const spawned = spawn(process.execPath, ['-r', '@swc-node/register', WORKER_FILE], {
-      cwd: ROOT,
-      env: { ...process.env, ...chaosWorkerEnv(this.config) },
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    });
-    alive.add(spawned);
+    const spawned = spawnTypeScript(WORKER_FILE, { env: chaosWorkerEnv(this.config) });
     const child = new ChaosChild(slot, spawned, (from, message) => this.receive(from, message));
     this.children.push(child);
     this.current[slot] = child;
@@ -232,15 +220,5 @@ export class Supervisor {
         child.receiveStats(message.stats);
         return;
     }
-  }
-}
-
-function killQuietly(pid: number | undefined, signal: NodeJS.Signals): boolean {
-  if (pid === undefined) return false;
-  try {
-    process.kill(pid, signal);
-    return true;
-  } catch {
-    return false; // already gone
   }
 }
