@@ -1,5 +1,5 @@
 import { leaseOwner } from '../consumer/lease';
-import { countEntriesAfter } from '../log/lag';
+import { countEntriesAfter, LAG_COUNT_CAP } from '../log/lag';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { GroupStatus, PartitionStatus } from './admin.types';
 import type { GroupFactsReader } from './group-facts.reader';
@@ -11,7 +11,13 @@ export class GroupStatusReader {
     private readonly facts: GroupFactsReader,
   ) {}
 
-  async read(group: string): Promise<GroupStatus> {
+  /**
+   * `signal` stops the read where it stands (rejecting with its reason): no
+   * lag count starts after it fired, and a count under way stops at its next
+   * page, so a caller that gave up leaves little work behind it.
+   */
+  async read(group: string, { signal }: { signal?: AbortSignal } = {}): Promise<GroupStatus> {
+    signal?.throwIfAborted();
     const { keys, client } = this.redis;
     // Sent in the same tick as the facts' commands: one round trip for all.
     const factsRead = this.facts.read([group]);
@@ -32,6 +38,7 @@ export class GroupStatusReader {
     ] = await Promise.all([factsRead, client.smembers(keys.events(group)), client.xlen(keys.deadLetters(group)), Promise.all(leases)]);
 
     // Lag is counted only where there is some, every partition at once.
+    signal?.throwIfAborted();
     const partitionStatus: PartitionStatus[] = await Promise.all(
       partitions.map(async ([lease, ttl, last], p) => {
         const committed = facts.committed[p];
@@ -39,7 +46,7 @@ export class GroupStatusReader {
         const { lag, capped } =
           lastId === null || lastId === committed
             ? { lag: 0, capped: false }
-            : await countEntriesAfter(client, keys.stream(p), committed ?? '0-0');
+            : await countEntriesAfter(client, keys.stream(p), committed ?? '0-0', LAG_COUNT_CAP, signal);
         return {
           partition: p,
           committed,

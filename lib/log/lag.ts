@@ -22,17 +22,23 @@ interface Side {
  * to `after` and takes them from the length, whichever side ends first, so a
  * large backlog behind a short history (a group far behind, or one that never
  * started) is still exact. Capped only when both sides pass `cap`.
+ *
+ * `signal` stops the count between pages (it rejects with the signal's
+ * reason): a caller that gave up, such as a health check past its timeout,
+ * leaves at most the pages already sent behind it, not the whole count.
  */
 export async function countEntriesAfter(
   client: Redis | Cluster,
   stream: string,
   after: string,
   cap = LAG_COUNT_CAP,
+  signal?: AbortSignal,
 ): Promise<{ lag: number; capped: boolean }> {
+  signal?.throwIfAborted();
   // Nothing committed yet: every entry is after the offset.
   if (after === STREAM_START) return { lag: await client.xlen(stream), capped: false };
   const forward: Side = { count: 0, from: `(${after}`, done: false };
-  await readPage(client, stream, forward, '+', cap);
+  await readPage(client, stream, forward, '+', cap, signal);
   if (forward.done) return { lag: forward.count, capped: false };
 
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -41,12 +47,13 @@ export async function countEntriesAfter(
     const snapshot = lengthAndFirst(client, stream);
     snapshot.catch(() => undefined); // awaited below, or not needed when the forward count ends first
     while (forward.count < cap || backward.count < cap) {
-      await Promise.all([readPage(client, stream, forward, '+', cap), readPage(client, stream, backward, after, cap)]);
+      await Promise.all([readPage(client, stream, forward, '+', cap, signal), readPage(client, stream, backward, after, cap, signal)]);
       if (forward.done) return { lag: forward.count, capped: false };
       if (backward.done) break;
     }
     const { length, first } = await snapshot;
     if (!backward.done) return { lag: forward.count, capped: true };
+    signal?.throwIfAborted();
     // Counted against the same history as the length: exact. Else retention trimmed meanwhile; count again.
     if ((await lengthAndFirst(client, stream)).first === first) return { lag: Math.max(0, length - backward.count), capped: false };
   }
@@ -63,8 +70,16 @@ async function lengthAndFirst(client: Redis | Cluster, stream: string): Promise<
 }
 
 /** Counts one more page of a side, up to `cap`; `done` once the range has no more entries. */
-async function readPage(client: Redis | Cluster, stream: string, side: Side, end: string, cap: number): Promise<void> {
+async function readPage(
+  client: Redis | Cluster,
+  stream: string,
+  side: Side,
+  end: string,
+  cap: number,
+  signal?: AbortSignal,
+): Promise<void> {
   if (side.done || side.count >= cap) return;
+  signal?.throwIfAborted();
   const want = Math.min(PAGE, cap - side.count);
   const page = await client.xrange(stream, side.from, end, 'COUNT', want);
   side.count += page.length;
