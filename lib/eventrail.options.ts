@@ -161,6 +161,12 @@ export interface EventrailModuleOptions {
    */
   allowDegradedStart?: boolean;
   /**
+   * Refuse to start (`EvictionPolicyError`) when Redis's `maxmemory-policy` is not `noeviction`: any other
+   * policy lets Redis evict the log, offsets and leases when memory runs out. Without it, startup only warns.
+   * @default false
+   */
+  requireNoEviction?: boolean;
+  /**
    * Register the module globally, so `EventrailPublisher` is injectable everywhere.
    * @default true
    */
@@ -196,6 +202,7 @@ export interface ResolvedEventrailOptions {
   dedupWindowMs: number;
   startupTimeoutMs: number;
   allowDegradedStart: boolean;
+  requireNoEviction: boolean;
   metrics: EventrailMetrics;
   retention?: ResolvedRetentionOptions;
 }
@@ -281,6 +288,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     dedupWindowMs,
     startupTimeoutMs,
     allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? MODULE_DEFAULTS.allowDegradedStart),
+    requireNoEviction: checkBoolean('requireNoEviction', options.requireNoEviction ?? false),
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
   };

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from 
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
 import { ClusterConnection, isClusterConnection, ResolvedEventrailOptions } from '../eventrail.options';
+import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
@@ -22,6 +23,8 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   readonly keys: EventrailKeys;
   private readonly owned: boolean;
   private readonly duplicates = new Set<Redis | Cluster>();
+  /** Nodes that refused `CONFIG` (managed Redis): asked through `INFO` from then on, one command instead of two. */
+  private readonly configRefused = new WeakSet<Redis>();
   private prepared?: Promise<void>;
 
   constructor(@Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions) {
@@ -51,7 +54,8 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     try {
       await this.waitUntilReady(this.options.startupTimeoutMs);
     } catch (error) {
-      if (!this.options.allowDegradedStart) {
+      // A degraded start is for a Redis that does not answer yet, not for one whose settings were refused.
+      if (!this.options.allowDegradedStart || error instanceof EvictionPolicyError) {
         // Nest runs no shutdown hooks after a failed init: stop reconnecting here.
         if (this.owned) this.client.disconnect();
         throw error;
@@ -118,6 +122,53 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       throw new PartitionMismatchError(this.options.prefix, this.options.partitions, recorded);
     }
     await this.checkDurability();
+    await this.checkEviction();
+  }
+
+  /**
+   * The `maxmemory-policy` of every primary (one on a single Redis), from
+   * `CONFIG GET`, or from `INFO memory` where `CONFIG` is refused (managed
+   * Redis); `policy` is null where neither answers. Startup and the health
+   * check both read it here.
+   */
+  async evictionPolicies(): Promise<NodeEvictionPolicy[]> {
+    const nodes = this.isCluster ? (this.client as unknown as Cluster).nodes('master') : [this.client as unknown as Redis];
+    return Promise.all(nodes.map(async (node) => ({ node: nodeName(node), policy: await this.readEvictionPolicy(node) })));
+  }
+
+  private async readEvictionPolicy(node: Redis): Promise<string | null> {
+    if (!this.configRefused.has(node)) {
+      try {
+        const reply = (await node.config('GET', 'maxmemory-policy')) as unknown as string[];
+        if (typeof reply?.[1] === 'string') return reply[1];
+      } catch {
+        this.configRefused.add(node);
+      }
+    }
+    try {
+      return /^maxmemory_policy:(\S+)/m.exec(await node.info('memory'))?.[1] ?? null;
+    } catch (error) {
+      this.logger.debug(`Could not read maxmemory-policy from ${nodeName(node)} (${describeError(error)})`);
+      return null;
+    }
+  }
+
+  /**
+   * Any policy but `noeviction` lets a full Redis delete the log, offsets and
+   * leases: warn with the fix, or refuse to start with `requireNoEviction`.
+   */
+  private async checkEviction(): Promise<void> {
+    const policies = await this.evictionPolicies();
+    const evicting = policies.filter((n) => n.policy !== null && n.policy !== 'noeviction');
+    if (policies.some((n) => n.policy === null)) this.logger.debug('Could not read maxmemory-policy; skipping the eviction check there');
+    if (evicting.length === 0) return;
+    if (this.options.requireNoEviction) throw new EvictionPolicyError(evicting);
+    const where = evicting.map((n) => `${n.node} (maxmemory-policy ${n.policy})`).join(', ');
+    this.logger.warn(
+      `Redis ${where} evicts keys when memory runs out: it can delete events, committed offsets (groups replay from their initial offset) ` +
+        'and leases, even after publish resolved. Fix: redis-cli CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction ' +
+        'in redis.conf), or give eventrail a Redis of its own; requireNoEviction: true refuses to start instead.',
+    );
   }
 
   /** Warns when Redis would lose acknowledged events on a crash. Managed Redis often disables CONFIG: then say nothing loud. */
@@ -146,6 +197,11 @@ function createClient(redis: string | RedisOptions | ClusterConnection, base: Re
     return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions } });
   }
   return new Redis({ ...base, ...redis });
+}
+
+function nodeName(node: Redis): string {
+  const { host, port } = node.options;
+  return `${host ?? 'localhost'}:${port ?? 6379}`;
 }
 
 function isClient(value: unknown): value is Redis | Cluster {
