@@ -1,13 +1,19 @@
 import { Injectable } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus';
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
+import { GroupFactsReader } from '../admin/group-facts.reader';
+import { GroupStatusReader } from '../admin/group-status.reader';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
+import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
+import { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
-import { checkInteger, optionalInteger } from '../util/option-checks';
+import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
 import { withTimeout } from '../util/timeout';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
+import { StallTracker } from './stall-tracker';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
 export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
@@ -23,26 +29,54 @@ export interface EventrailHealthOptions {
   maxLag?: number;
   /** Most dead letters a group may have; more and the check is `down`. @default no limit */
   maxDeadLetters?: number;
+  /**
+   * A partition whose committed offset has not moved for longer than this
+   * while it has lag is `stalled`, and its group `down` (a handler that never
+   * settles, a retry loop). Measured between checks of this indicator, from
+   * the first check that saw the partition with lag at that offset. Offsets
+   * move once per batch, so keep it above `batchSize` × the slowest normal
+   * handler time, and above the longest retry cycle.
+   * @default no check
+   */
+  maxStallMs?: number;
   /** How long Redis has to answer the whole check before it is `down`. @default 1000 */
   timeoutMs?: number;
 }
 
+const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs'] as const;
 const TIMED_OUT = Symbol('timed out');
+
+interface Inspection {
+  groups: Record<string, GroupHealth>;
+  nodes: NodeStatus[];
+  evictionPolicies: NodeEvictionPolicy[];
+}
 
 /**
  * Terminus health indicator for eventrail. `up` when Redis answers within the
  * timeout and every group consumed in this process has a running worker, a
  * live lease on each of its partitions (held by any live member of the group,
- * in this process or another) and lag and dead letters within the limits.
- * Anything else is reported as `down` with details per group, never thrown,
- * so the health endpoint answers 503 with the reason.
+ * in this process or another), lag and dead letters within the limits and no
+ * stalled partition. Anything else is reported as `down` with details per
+ * group, never thrown, so the health endpoint answers 503 with the reason.
+ *
+ * Its own work is bounded: at its timeout it aborts its reads (no lag page is
+ * read after it), and a probe that comes while an earlier check's commands
+ * are still unanswered waits for them instead of sending more, so a slow
+ * Redis sees at most one check's commands at a time, however often it is probed.
  */
 @Injectable()
 export class EventrailHealthIndicator {
+  private readonly stalls = new StallTracker();
+  private reader?: { redis: EventrailRedis; facts: GroupFactsReader; status: GroupStatusReader };
+  /** The inspection whose commands may still be outstanding, even after its check gave up. */
+  private inFlight: Promise<unknown> | null = null;
+
   constructor(
     private readonly health: HealthIndicatorService,
     private readonly consumers: EventrailConsumers,
     private readonly admin: EventrailAdmin,
+    private readonly moduleRef: ModuleRef,
   ) {}
 
   async isHealthy<const Key extends string = 'eventrail'>(
@@ -56,53 +90,125 @@ export class EventrailHealthIndicator {
     if (status !== 'ready') return indicator.down({ message: `Redis is not connected (connection ${status})` });
 
     const started = Date.now();
-    let inspected: { groups: Record<string, GroupHealth>; nodes: NodeStatus[] } | typeof TIMED_OUT;
+    const abort = new AbortController();
+    const turn = { waited: false };
+    let inspected: Inspection | typeof TIMED_OUT;
     try {
-      inspected = await withTimeout(this.inspect(limits), timeoutMs, () => TIMED_OUT);
+      inspected = await withTimeout(this.inspectInTurn(limits, abort.signal, turn), timeoutMs, () => {
+        abort.abort(new Error(`health check timed out after ${timeoutMs} ms`));
+        return TIMED_OUT;
+      });
     } catch (error) {
       return indicator.down({ message: `Redis did not answer: ${describeError(error)}`, responseTimeMs: Date.now() - started });
     }
-    if (inspected === TIMED_OUT) return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms`, timeoutMs });
+    if (inspected === TIMED_OUT) {
+      const pending = turn.waited ? " (an earlier check's commands are still unanswered)" : '';
+      return indicator.down({ message: `Redis did not answer within ${timeoutMs} ms${pending}`, timeoutMs });
+    }
 
-    const { groups, nodes } = inspected;
-    const data = { responseTimeMs: Date.now() - started, workerId: this.consumers.workerId, groups, nodes };
+    const { groups, nodes, evictionPolicies } = inspected;
+    const warnings = evictionWarnings(evictionPolicies);
+    const data = {
+      responseTimeMs: Date.now() - started,
+      workerId: this.consumers.workerId,
+      groups,
+      nodes,
+      evictionPolicies,
+      ...(warnings.length > 0 ? { warnings } : {}),
+    };
     const problems = Object.entries(groups).flatMap(([name, group]) => group.problems.map((problem) => `${name}: ${problem}`));
     return problems.length === 0 ? indicator.up(data) : indicator.down({ message: problems.join('; '), ...data });
   }
 
   /**
-   * PING, the status of every group of this process and which primary holds
-   * which partitions, in parallel: one timeout covers them all.
+   * One inspection at a time: while an earlier one still has commands out (a
+   * slow or stopped Redis), wait for it rather than add a second batch behind it.
    */
-  private async inspect(limits: GroupLimits): Promise<{ groups: Record<string, GroupHealth>; nodes: NodeStatus[] }> {
+  private async inspectInTurn(limits: GroupLimits, signal: AbortSignal, turn: { waited: boolean }): Promise<Inspection> {
+    while (this.inFlight !== null) {
+      turn.waited = true;
+      await this.inFlight.catch(() => undefined);
+      signal.throwIfAborted();
+    }
+    const run = this.inspect(limits, signal);
+    this.inFlight = run;
+    const clear = (): void => {
+      if (this.inFlight === run) this.inFlight = null;
+    };
+    void run.then(clear, clear);
+    return run;
+  }
+
+  /**
+   * PING, the status of every group of this process, which primary holds
+   * which partitions and their eviction policy, in parallel: one timeout
+   * covers them all, and `signal` stops the group reads.
+   */
+  private async inspect(limits: GroupLimits, signal: AbortSignal): Promise<Inspection> {
     const names = this.consumers.groupNames().sort();
     const ownership = this.consumers.ownership();
     const running = this.consumers.isRunning;
     const workerId = this.consumers.workerId;
-    const [, statuses, nodes] = await Promise.all([
+    const { redis } = this.readers();
+    const [, statuses, nodes, evictionPolicies] = await Promise.all([
       this.admin.ping(),
-      Promise.all(names.map((name) => this.readGroup(name))),
+      Promise.all(names.map((name) => this.readGroup(name, signal))),
       this.admin.nodes(),
+      redis.evictionPolicies(),
     ]);
+    this.stalls.retain(names);
     const groups = Object.fromEntries(
-      names.map((name, i) => [name, evaluateGroup(statuses[i], { running, workerId, ownedHere: ownership[name] ?? [] }, limits)]),
+      names.map((name, i) => {
+        const standstills = this.stalls.observe(name, statuses[i]?.partitions ?? []);
+        return [name, evaluateGroup(statuses[i], { running, workerId, ownedHere: ownership[name] ?? [] }, limits, standstills)];
+      }),
     );
-    return { groups, nodes };
+    return { groups, nodes, evictionPolicies };
   }
 
-  private readGroup(name: string): Promise<GroupStatus | null> {
-    return this.admin.group(name).catch((error: unknown) => {
+  private async readGroup(name: string, signal: AbortSignal): Promise<GroupStatus | null> {
+    const { facts, status } = this.readers();
+    try {
+      await facts.assertExists(name);
+    } catch (error) {
       if (error instanceof UnknownGroupError) return null;
       throw error;
-    });
+    }
+    return status.read(name, { signal });
+  }
+
+  /**
+   * The admin service's own readers, built on the module's connection: they
+   * take the abort signal that `EventrailAdmin.group()` has no parameter for.
+   */
+  private readers(): { redis: EventrailRedis; facts: GroupFactsReader; status: GroupStatusReader } {
+    if (!this.reader) {
+      const redis = this.moduleRef.get(EventrailRedis, { strict: false });
+      const facts = new GroupFactsReader(redis);
+      this.reader = { redis, facts, status: new GroupStatusReader(redis, facts) };
+    }
+    return this.reader;
   }
 }
 
+function evictionWarnings(policies: readonly NodeEvictionPolicy[]): string[] {
+  return policies
+    .filter((n) => n.policy !== null && n.policy !== 'noeviction')
+    .map(
+      (n) =>
+        `Redis ${n.node} runs with maxmemory-policy ${n.policy}: when memory runs out it evicts events, offsets and leases. ` +
+        'Fix: CONFIG SET maxmemory-policy noeviction',
+    );
+}
+
 function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
-  const { maxLag, maxDeadLetters, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
+  checkObject('options', options, 'an object of health options');
+  rejectUnknownKeys('options', options, OPTION_NAMES);
+  const { maxLag, maxDeadLetters, maxStallMs, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
   return {
     maxLag: optionalInteger('maxLag', maxLag, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
     maxDeadLetters: optionalInteger('maxDeadLetters', maxDeadLetters, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
+    maxStallMs: optionalInteger('maxStallMs', maxStallMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1 (milliseconds)'),
     timeoutMs: checkInteger('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1'),
   };
 }

@@ -1,10 +1,13 @@
 import type { GroupStatus } from '../admin/admin.types';
 import { LAG_COUNT_CAP } from '../log/lag';
+import type { PartitionStandstill } from './stall-tracker';
 
 /** Limits a group is held to; a limit left out is not checked. */
 export interface GroupLimits {
   maxLag?: number;
   maxDeadLetters?: number;
+  /** A partition with lag whose committed offset stood still longer than this is stalled. */
+  maxStallMs?: number;
 }
 
 /** What this process knows about its own worker of a group. */
@@ -32,6 +35,8 @@ export interface GroupHealth {
   /** True when some partition holds more than `LAG_COUNT_CAP` entries on both sides of its offset, so `lag` is a lower bound. */
   lagCapped: boolean;
   deadLetters: number;
+  /** Partitions whose committed offset has not moved for more than `maxStallMs` while they have lag (empty without `maxStallMs`). */
+  stalled: number[];
   /** Why the group is down, one sentence each; empty when up. */
   problems: string[];
 }
@@ -42,7 +47,12 @@ export interface GroupHealth {
  * a lease held by a live member on every partition, lag and dead letters
  * within the limits.
  */
-export function evaluateGroup(status: GroupStatus | null, local: LocalWorker, limits: GroupLimits): GroupHealth {
+export function evaluateGroup(
+  status: GroupStatus | null,
+  local: LocalWorker,
+  limits: GroupLimits,
+  standstills: readonly PartitionStandstill[] = [],
+): GroupHealth {
   if (status === null) {
     return {
       status: 'down',
@@ -53,6 +63,7 @@ export function evaluateGroup(status: GroupStatus | null, local: LocalWorker, li
       lag: 0,
       lagCapped: false,
       deadLetters: 0,
+      stalled: [],
       problems: ['not registered in Redis: no worker of it has started'],
     };
   }
@@ -81,6 +92,14 @@ export function evaluateGroup(status: GroupStatus | null, local: LocalWorker, li
   if (limits.maxDeadLetters !== undefined && status.deadLetters > limits.maxDeadLetters) {
     problems.push(`${status.deadLetters} dead letters, over maxDeadLetters ${limits.maxDeadLetters}`);
   }
+  const { maxStallMs } = limits;
+  const stalled = maxStallMs === undefined ? [] : standstills.filter((s) => s.forMs > maxStallMs);
+  for (const s of stalled) {
+    problems.push(
+      `partition ${s.partition} stalled: committed offset ${s.committed ?? '(none yet)'} has not moved for ${Math.round(s.forMs)} ms ` +
+        `(maxStallMs ${maxStallMs}) while ${s.lag} ${s.lag === 1 ? 'entry waits' : 'entries wait'}`,
+    );
+  }
 
   return {
     status: problems.length === 0 ? 'up' : 'down',
@@ -91,6 +110,7 @@ export function evaluateGroup(status: GroupStatus | null, local: LocalWorker, li
     lag: status.lag,
     lagCapped,
     deadLetters: status.deadLetters,
+    stalled: stalled.map((s) => s.partition),
     problems,
   };
 }

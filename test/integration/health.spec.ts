@@ -53,6 +53,19 @@ class Books {
   }
 }
 
+/** Entries whose handler of group `stuck` was entered; that handler never settles. */
+const stuckEntered: number[] = [];
+
+@Injectable()
+class Stuck {
+  // A short shutdownTimeoutMs: app.close() gives up on the hung handler at once.
+  @OnEvent('entry.stuck', { group: 'stuck', lockTtlMs: 60_000, heartbeatTtlMs: 60_000, shutdownTimeoutMs: 50 })
+  hang(message: EventrailMessage<{ n: number }>): Promise<void> {
+    stuckEntered.push(message.data.n);
+    return new Promise<void>(() => undefined);
+  }
+}
+
 interface Booted {
   app: INestApplicationContext;
   indicator: EventrailHealthIndicator;
@@ -76,8 +89,11 @@ describe('EventrailHealthIndicator', () => {
   let server: RedisServer | undefined;
 
   /** A Nest app as a user would build it: EventrailModule, TerminusModule and EventrailHealthModule. */
-  const boot = async (options: EventrailModuleOptions = {}): Promise<Booted> => {
-    const app = await createApp({ prefix, partitions: 2, ...options }, [Books], [TerminusModule, EventrailHealthModule]);
+  const boot = async (
+    options: EventrailModuleOptions = {},
+    providers: Array<new (...args: never[]) => unknown> = [Books],
+  ): Promise<Booted> => {
+    const app = await createApp({ prefix, partitions: 2, ...options }, providers, [TerminusModule, EventrailHealthModule]);
     apps.push(app);
     const indicator = app.get(EventrailHealthIndicator);
     const check = async (checkOptions?: EventrailHealthOptions): Promise<Report> =>
@@ -103,6 +119,7 @@ describe('EventrailHealthIndicator', () => {
     prefix = uniquePrefix('hlth');
     started.length = 0;
     handled.length = 0;
+    stuckEntered.length = 0;
   });
   afterEach(async () => {
     gate.open(); // a held handler would hold app.close() for shutdownTimeoutMs
@@ -137,9 +154,12 @@ describe('EventrailHealthIndicator', () => {
           lag: 0,
           lagCapped: false,
           deadLetters: 0,
+          stalled: [],
           problems: [],
         },
       },
+      // What the server would do when memory runs out (the test server evicts nothing).
+      evictionPolicies: [{ node: expect.stringMatching(/^127\.0\.0\.1:\d+$/), policy: 'noeviction' }],
       // Which primary holds which partitions: one node here, three on a 3-master cluster.
       nodes: [{ node: expect.stringMatching(/^127\.0\.0\.1:\d+$/), replicas: [], slots: [[0, 16383]], partitions: [0, 1] }],
     });
@@ -151,6 +171,9 @@ describe('EventrailHealthIndicator', () => {
     // A wrong limit is a programming mistake: it throws, naming the option.
     await expect(indicator.isHealthy('eventrail', { maxLag: -1 })).rejects.toThrow(InvalidOptionError);
     await expect(indicator.isHealthy('eventrail', { timeoutMs: 0 })).rejects.toThrow(/timeoutMs/);
+    await expect(indicator.isHealthy('eventrail', { maxStallMs: 0 })).rejects.toThrow(/maxStallMs/);
+    // A misspelt option fails rather than turning a check off.
+    await expect(indicator.isHealthy('eventrail', { maxStall: 100 } as EventrailHealthOptions)).rejects.toThrow(/maxStall/);
   });
 
   it('is up when the partitions are covered by live members in other processes', async () => {
@@ -262,6 +285,97 @@ describe('EventrailHealthIndicator', () => {
     });
   });
 
+  it('is down, naming the partition, when a handler never settles: its offset stands still while it has lag', async () => {
+    const { app, check } = await boot({}, [Stuck]);
+    await app.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'entry.stuck', data: { n }, partition: 1 })));
+    await waitFor(() => stuckEntered.length === 1, 'first entry in its handler');
+
+    // Leases, members and (without limits) lag all look fine: only the stall check tells.
+    expect(await check()).toMatchObject({ status: 'up', groups: { stuck: { lag: 2 } } });
+    let last: Report | undefined;
+    const stalled = await waitFor(
+      async () => {
+        last = await check({ maxStallMs: 100 });
+        return last.status === 'down' ? last : null;
+      },
+      () => `stalled; last report: ${JSON.stringify(last)}`,
+    );
+    expect(stalled.groups?.stuck).toMatchObject({ status: 'down', running: true, unowned: [], lag: 2, stalled: [1] });
+    expect(stalled.message).toMatch(
+      /^stuck: partition 1 stalled: committed offset 0-0 has not moved for \d+ ms \(maxStallMs 100\) while 2 entries wait$/,
+    );
+    // The handler is still in its first entry: nothing was retried or dead-lettered behind the check's back.
+    expect(stuckEntered).toEqual([1]);
+  });
+
+  it('sees a stall end once the offset moves, and forgets partitions that caught up', async () => {
+    const { app, check } = await boot();
+    gate.close();
+    await app.get(EventrailPublisher).publishMany([1, 2, 3].map((n) => ({ event: 'entry.booked', data: { n }, partition: 0 })));
+    await waitFor(() => started.length === 1, 'first entry in its handler');
+    const stalled = await waitFor(async () => {
+      const report = await check({ maxStallMs: 50 });
+      return report.status === 'down' ? report : null;
+    }, 'stalled while the gate is closed');
+    expect(stalled.groups?.books).toMatchObject({ stalled: [0], lag: 3 });
+
+    gate.open();
+    const up = await upWithin(() => check({ maxStallMs: 50, maxLag: 0 }), 'healthy once consumed');
+    expect(up.groups?.books).toMatchObject({ lag: 0, stalled: [] });
+  });
+
+  it('with handlerTimeoutMs, a hung handler is timed out, retried and dead-lettered, and the partition moves on', async () => {
+    const { app, check } = await boot({ groups: { stuck: { handlerTimeoutMs: 50, maxRetries: 1, retryBackoffMs: 10 } } }, [Stuck]);
+    await app.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'entry.stuck', data: { n }, partition: 0 })));
+    await waitFor(async () => (await app.get(EventrailAdmin).group('stuck')).deadLetters === 2, 'both dead-lettered');
+    const up = await upWithin(() => check({ maxStallMs: 50, maxLag: 0 }), 'healthy: nothing waits');
+    expect(up.groups?.stuck).toMatchObject({ lag: 0, deadLetters: 2, stalled: [] });
+    // Two attempts each (maxRetries: 1), every one of them timed out.
+    expect(stuckEntered).toEqual([1, 1, 2, 2]);
+  });
+
+  it('keeps its own work bounded: probes of a Redis that does not answer add no commands behind the first', async () => {
+    server = await startRedisServer();
+    const { app, check } = await boot({ redis: server.url, partitions: 4 });
+    const observer = new Redis(server.url);
+    try {
+      gate.close(); // lag on two partitions, so every check also counts lag
+      await app.get(EventrailPublisher).publishMany([0, 0, 1, 1].map((p, n) => ({ event: 'entry.booked', data: { n }, partition: p })));
+      await upWithin(() => check({ timeoutMs: 5_000 }), 'healthy at start');
+      const commands = (): Promise<number> => commandsProcessed(observer);
+
+      // What one check costs when Redis answers.
+      const beforeOne = await commands();
+      expect((await check({ timeoutMs: 5_000 })).status).toBe('up');
+      const one = (await commands()) - beforeOne;
+
+      // A probe every few milliseconds while Redis is stopped: each gives up at its timeout.
+      const before = await commands();
+      process.kill(server.pid, 'SIGSTOP');
+      const probes: Report[] = [];
+      for (let i = 0; i < 20; i++) probes.push(await check({ timeoutMs: 50 }));
+      process.kill(server.pid, 'SIGCONT');
+
+      // The next check waits for what the stopped ones left, then makes its own reads: at most the
+      // first stopped check's commands (it stops at its abort, before counting lag) and one full check.
+      expect((await check({ timeoutMs: 5_000 })).status).toBe('up');
+      const sent = (await commands()) - before;
+      if (process.env.HEALTH_FIGURES) console.log(`one check: ${one} commands; 20 stopped probes and one check: ${sent}`);
+      expect(sent).toBeLessThanOrEqual(2 * one);
+
+      expect(probes[0]).toEqual({ status: 'down', message: 'Redis did not answer within 50 ms', timeoutMs: 50 });
+      for (const probe of probes.slice(1)) {
+        expect(probe).toEqual({
+          status: 'down',
+          message: "Redis did not answer within 50 ms (an earlier check's commands are still unanswered)",
+          timeoutMs: 50,
+        });
+      }
+    } finally {
+      observer.disconnect();
+    }
+  });
+
   it('is down, not a throw, when Redis does not answer within timeoutMs, and up again when it does', async () => {
     server = await startRedisServer();
     const { check } = await boot({ redis: server.url });
@@ -291,6 +405,20 @@ describe('EventrailHealthIndicator', () => {
     await waitFor(async () => !/^Redis/.test((await check({ timeoutMs: 2_000 })).message ?? ''), 'reconnected');
   });
 });
+
+/**
+ * Commands the server has processed, from INFO commandstats, leaving out the
+ * consumers' background work (blocked reads, heartbeat and lease scripts,
+ * rebalance announcements) and the INFO calls that read it.
+ */
+async function commandsProcessed(redis: Redis): Promise<number> {
+  const background = new Set(['info', 'xread', 'evalsha', 'eval', 'publish', 'subscribe', 'client', 'hello', 'select']);
+  let total = 0;
+  for (const [, name, calls] of (await redis.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    if (!background.has(name.split('|')[0])) total += Number(calls);
+  }
+  return total;
+}
 
 /** SIGCONT, if the process is still there. */
 function resume(pid: number): void {
