@@ -202,8 +202,8 @@ function evictionWarnings(policies: readonly NodeEvictionPolicy[]): string[] {
 }
 
 function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
-  checkObject('options', options, 'an object of health options');
-  rejectUnknownKeys('options', options, OPTION_NAMES);
+  checkObject('health', options, 'an object of health options');
+  rejectUnknownKeys('health', options, OPTION_NAMES);
   const { maxLag, maxDeadLetters, maxStallMs, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
   return {
     maxLag: optionalInteger('maxLag', maxLag, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),

@@ -173,7 +173,7 @@ describe('EventrailHealthIndicator', () => {
     await expect(indicator.isHealthy('eventrail', { timeoutMs: 0 })).rejects.toThrow(/timeoutMs/);
     await expect(indicator.isHealthy('eventrail', { maxStallMs: 0 })).rejects.toThrow(/maxStallMs/);
     // A misspelt option fails rather than turning a check off.
-    await expect(indicator.isHealthy('eventrail', { maxStall: 100 } as EventrailHealthOptions)).rejects.toThrow(/maxStall/);
+    await expect(indicator.isHealthy('eventrail', { maxStall: 100 } as EventrailHealthOptions)).rejects.toThrow(/health\.maxStall:/);
   });
 
   it('is up when the partitions are covered by live members in other processes', async () => {
