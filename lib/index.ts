@@ -54,6 +54,8 @@ export { HandlerTimeoutError } from './errors/handler-timeout.error';
 export { UnknownGroupError } from './errors/unknown-group.error';
 export { GroupHasLiveMembersError } from './errors/group-has-live-members.error';
 export { ReplicationTimeoutError } from './errors/replication-timeout.error';
+export { EvictionPolicyError } from './errors/eviction-policy.error';
+export type { NodeEvictionPolicy } from './errors/eviction-policy.error';
 export { EventrailRetention } from './retention/eventrail-retention';
 export { retentionOptionsFromEnv } from './retention/retention-env';
 export type { ArchiveOptions, FsArchiveOptions, RetentionOptions, S3ArchiveOptions } from './retention/retention.options';
