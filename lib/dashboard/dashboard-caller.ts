@@ -99,6 +99,9 @@ export function crossSiteReason(request: CallerRequest, origins: ReadonlySet<str
   if (origin !== undefined && origins.has(origin)) return null;
   const site = first(request.headers['sec-fetch-site']);
   if (site === 'cross-site' || site === 'same-site') return `the browser calls it ${site}${origin ? ` from ${origin}` : ''}`;
-  if (origin !== undefined && hostOf(origin) !== servedHost(request, trustProxy)) return `origin ${origin} is not listed in cors.origins`;
+  if (origin === undefined) return null;
+  const own = hostOf(origin);
+  // Both sides must name a host: an unparsable origin and a missing Host are not "the same".
+  if (!own || own !== servedHost(request, trustProxy)) return `origin ${origin} is not listed in cors.origins`;
   return null;
 }
