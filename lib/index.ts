@@ -71,5 +71,7 @@ export { ScheduleModuleMissingError } from './errors/schedule-module-missing.err
 export { MissingPeerDependencyError } from './errors/missing-peer-dependency.error';
 export { ArchiveFormatError } from './errors/archive-format.error';
 export { EventrailDashboardModule } from './dashboard/eventrail-dashboard.module';
+export { EventrailDashboardLink } from './dashboard/eventrail-dashboard-link';
 export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
 export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
+export { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';

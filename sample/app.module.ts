@@ -36,7 +36,8 @@ import { PaymentsController } from './payments.controller';
     }),
     TerminusModule,
     EventrailHealthModule,
-    // The dashboard at /eventrail. A token is optional here; with NODE_ENV=production it is required.
+    // The dashboard at /eventrail. Without EVENTRAIL_DASHBOARD_TOKEN a token is generated at startup and the
+    // link that carries it is logged (one click); with NODE_ENV=production a configured token is required.
     EventrailDashboardModule.register({
       path: '/eventrail',
       auth: process.env.EVENTRAIL_DASHBOARD_TOKEN ? { token: process.env.EVENTRAIL_DASHBOARD_TOKEN } : undefined,

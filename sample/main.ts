@@ -8,6 +8,7 @@ import { Logger as NestLogger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Logger } from 'nestjs-pino';
 import type { AddressInfo } from 'node:net';
+import { EventrailDashboardLink } from 'nestjs-eventrail';
 import { AppModule } from './app.module';
 import { runSmoke } from './smoke';
 
@@ -26,7 +27,8 @@ async function bootstrap(): Promise<void> {
 
   if (!smoke) {
     new NestLogger('Sample').log(
-      `Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger, GET /health, GET /metrics, dashboard at ${baseUrl}/eventrail`,
+      `Listening on ${baseUrl}: POST /payments, GET /payments/demo, GET /ledger, GET /health, GET /metrics; ` +
+        `the dashboard at ${app.get(EventrailDashboardLink).url ?? `${baseUrl}/eventrail`}`,
     );
     return;
   }

@@ -1,5 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
+import { EventrailDashboardLink } from 'nestjs-eventrail';
 import { LedgerService } from './ledger.service';
 import { MailerService } from './mailer.service';
 
@@ -41,11 +42,11 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const totals = await (await fetch(`${baseUrl}/ledger`)).json();
-  if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl)) || !(await dashboardAnswers(baseUrl))) return false;
+  if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl)) || !(await dashboardAnswers(app))) return false;
   console.log(
     `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger in ${Date.now() - started} ms; ` +
       `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present; ` +
-      `GET /eventrail: the dashboard, its API listing both groups`,
+      `the logged dashboard link: the page, and its API listing both groups with the link's token`,
   );
   return true;
 }
@@ -79,18 +80,30 @@ async function metricsAreExposed(baseUrl: string): Promise<boolean> {
   return false;
 }
 
-/** GET /eventrail serves the dashboard page and GET /eventrail/api/overview lists both groups. */
-async function dashboardAnswers(baseUrl: string): Promise<boolean> {
-  const headers: Record<string, string> = process.env.EVENTRAIL_DASHBOARD_TOKEN
-    ? { authorization: `Bearer ${process.env.EVENTRAIL_DASHBOARD_TOKEN}` }
-    : {};
-  const page = await fetch(`${baseUrl}/eventrail`);
-  const overview = await fetch(`${baseUrl}/eventrail/api/overview`, { headers });
+/**
+ * The dashboard as a developer opens it: the link the app logged (with the generated token in its fragment,
+ * unless EVENTRAIL_DASHBOARD_TOKEN is set) serves the page, and the API, called with that token the way the
+ * page calls it, lists both groups.
+ */
+async function dashboardAnswers(app: INestApplication): Promise<boolean> {
+  const link = app.get(EventrailDashboardLink).url;
+  if (link === null) {
+    console.error('SAMPLE SMOKE FAILED: the dashboard logged no link');
+    return false;
+  }
+  const url = new URL(link);
+  const token = new URLSearchParams(url.hash.slice(1)).get('token') ?? process.env.EVENTRAIL_DASHBOARD_TOKEN;
+  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
+  const page = await fetch(`${url.origin}${url.pathname}`);
+  const html = await page.text();
+  const overview = await fetch(`${url.origin}${url.pathname}/api/overview`, { headers });
   const body = await overview.text();
   const groups = overview.status === 200 ? (JSON.parse(body) as { groups: Array<{ name: string }> }).groups.map((g) => g.name) : [];
-  if (page.status === 200 && groups.includes('mailer') && groups.includes('ledger')) return true;
+  if (page.status === 200 && html.includes(`<base href="${url.pathname}/"`) && groups.includes('mailer') && groups.includes('ledger')) {
+    return true;
+  }
   console.error(
-    `SAMPLE SMOKE FAILED: GET /eventrail answered ${page.status}; GET /eventrail/api/overview ${overview.status} ${body.slice(0, 500)}`,
+    `SAMPLE SMOKE FAILED: GET ${url.pathname} answered ${page.status}; GET ${url.pathname}/api/overview ${overview.status} ${body.slice(0, 500)}`,
   );
   return false;
 }

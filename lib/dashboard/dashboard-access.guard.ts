@@ -9,21 +9,19 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { IncomingHttpHeaders } from 'node:http';
+import { CallerRequest, crossSiteReason, notLocalReason } from './dashboard-caller';
 import { DASHBOARD_OPTIONS, DASHBOARD_PUBLIC, DASHBOARD_WRITE } from './dashboard.constants';
 import type { ResolvedDashboardOptions } from './dashboard.options';
-
-interface HttpRequest {
-  method: string;
-  headers: IncomingHttpHeaders;
-}
 
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
 /**
- * Every API call passes here, on Express and Fastify alike: CORS headers for
- * the listed origins (set first, so even a refusal is readable by them), then
- * the bearer token, then the read-only switch for writes.
+ * Every API call passes here, on Express and Fastify alike, in this order: CORS headers for the listed
+ * origins (set first, so even a refusal is readable by them; preflights stop there), then the refusal of
+ * other sites, then, without a configured token, of other machines, then the bearer token, then the
+ * read-only switch for writes. The site and machine checks do not depend on CORS headers: an app that
+ * installed a permissive `app.enableCors()` lets any page read what we answer, so what a page of
+ * another site gets is a refusal.
  */
 @Injectable()
 export class DashboardAccessGuard implements CanActivate {
@@ -39,17 +37,21 @@ export class DashboardAccessGuard implements CanActivate {
 
   canActivate(context: ExecutionContext): boolean {
     const http = context.switchToHttp();
-    const request = http.getRequest<HttpRequest>();
+    const request = http.getRequest<CallerRequest>();
     const response: unknown = http.getResponse();
     const handler = context.getHandler();
     this.applyCors(request, response);
+    if (request.method === 'OPTIONS') return true;
+    const crossSite = crossSiteReason(request, this.options.origins, this.options.trustProxy);
+    if (crossSite !== null) throw new ForbiddenException(`The eventrail dashboard API answers no other site: ${crossSite}`);
+    if (this.options.tokenSource !== 'configured') this.checkLocal(request);
     if (this.reflector.get<boolean>(DASHBOARD_PUBLIC, handler)) return true;
     this.authenticate(request, response);
     if (this.reflector.get<boolean>(DASHBOARD_WRITE, handler)) this.checkWrite(request);
     return true;
   }
 
-  private applyCors(request: HttpRequest, response: unknown): void {
+  private applyCors(request: CallerRequest, response: unknown): void {
     const origin = request.headers.origin;
     const preflight = request.method === 'OPTIONS';
     if (!origin || !this.options.origins.has(origin)) {
@@ -67,16 +69,18 @@ export class DashboardAccessGuard implements CanActivate {
     }
   }
 
-  private authenticate(request: HttpRequest, response: unknown): void {
-    if (this.tokenDigest === null) {
-      // No token: only a browser on this machine. A page elsewhere that rebinds its own name to this
-      // address still sends that name as Host, so it gets no answer.
-      const host = requestHost(request);
-      if (host !== null && isLoopback(host)) return;
-      throw new UnauthorizedException(
-        `This dashboard has no auth.token, so its API only answers requests to localhost; set auth.token to reach it as ${host ?? 'this host'}`,
-      );
-    }
+  /** Without a configured token (generated, or `auth: false`) the API is this machine's only. */
+  private checkLocal(request: CallerRequest): void {
+    const reason = notLocalReason(request, this.options.trustProxy);
+    if (reason === null) return;
+    throw new ForbiddenException(
+      `This dashboard has no configured auth.token, so its API answers only this machine (${reason}); ` +
+        'set auth.token to reach it from elsewhere',
+    );
+  }
+
+  private authenticate(request: CallerRequest, response: unknown): void {
+    if (this.tokenDigest === null) return; // auth: false, and checkLocal passed
     const header = request.headers.authorization;
     const presented = header ? BEARER.exec(header)?.[1] : undefined;
     // Hashing first gives both sides the same length, so the comparison time says nothing about the token.
@@ -85,13 +89,9 @@ export class DashboardAccessGuard implements CanActivate {
     throw new UnauthorizedException(header ? 'Invalid bearer token' : 'Missing bearer token: send Authorization: Bearer <token>');
   }
 
-  private checkWrite(request: HttpRequest): void {
+  private checkWrite(request: CallerRequest): void {
     if (this.options.readOnly) throw new ForbiddenException('The eventrail dashboard is read-only');
-    const origin = request.headers.origin;
-    // A write from a page of another, unlisted site (a form post needs no preflight) is refused.
-    if (origin && !this.options.origins.has(origin) && !servedHosts(request).includes(hostOf(origin))) {
-      throw new ForbiddenException(`Origin ${origin} may not change data through the eventrail dashboard`);
-    }
+    // A plain form cannot send JSON, so a write needs a preflight that another site does not pass.
     const type = request.headers['content-type'];
     if (request.method === 'POST' && !(type && /^application\/json\b/i.test(type))) {
       throw new UnsupportedMediaTypeException('Send the request body as application/json');
@@ -101,30 +101,4 @@ export class DashboardAccessGuard implements CanActivate {
 
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
-}
-
-/** The host the request was addressed to: `Host`, or `:authority` on HTTP/2. */
-function requestHost({ headers }: HttpRequest): string | null {
-  const authority = headers[':authority'];
-  return headers.host ?? (typeof authority === 'string' ? authority : null);
-}
-
-/** The host the browser asked for: the request's, or what a reverse proxy says it was (`X-Forwarded-Host`). */
-function servedHosts(request: HttpRequest): Array<string | null> {
-  const forwarded = request.headers['x-forwarded-host'];
-  const first = (Array.isArray(forwarded) ? forwarded[0] : forwarded)?.split(',')[0].trim();
-  return [requestHost(request), first ?? null].filter((host) => host !== null);
-}
-
-function isLoopback(host: string): boolean {
-  const name = host.startsWith('[') ? host.slice(0, host.indexOf(']') + 1) : host.replace(/:\d+$/, '');
-  return name === 'localhost' || name.endsWith('.localhost') || name === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(name);
-}
-
-function hostOf(origin: string): string | null {
-  try {
-    return new URL(origin).host;
-  } catch {
-    return null;
-  }
 }

@@ -23,6 +23,7 @@ export interface Asset {
 export class DashboardAssets {
   private readonly files = new Map<string, Asset>();
   private readonly index: string;
+  private readonly pages = new Map<string, Asset>();
 
   constructor(directory = join(__dirname, 'ui')) {
     for (const name of readdirSync(directory)) {
@@ -33,13 +34,18 @@ export class DashboardAssets {
   }
 
   /**
-   * The page, with `<base href>` set to the URL it was asked for, so that its
-   * relative asset and API URLs work under any mount path and global prefix.
+   * The page, with `<base href>` set to `<mountedPath>/`, so that its relative asset and API URLs work
+   * under any mount path and global prefix. Built once: the base never depends on a request.
    */
-  page(requestUrl: string): Asset {
-    const path = requestUrl.split('?')[0];
-    const base = path.endsWith('/') ? path : `${path}/`;
-    return { body: Buffer.from(this.index.replace(BASE_PLACEHOLDER, escapeAttribute(base))), type: TYPES['.html'] };
+  page(mountedPath: string): Asset {
+    let page = this.pages.get(mountedPath);
+    if (!page) {
+      // A replacer function, not a string: `$&`, `$'` and the like in a string replacement are patterns.
+      const html = this.index.replace(BASE_PLACEHOLDER, () => escapeAttribute(`${mountedPath}/`));
+      page = { body: Buffer.from(html), type: TYPES['.html'] };
+      this.pages.set(mountedPath, page);
+    }
+    return page;
   }
 
   file(name: string): Asset {

@@ -5,6 +5,7 @@ import { DashboardAssets } from './dashboard-assets';
 import { DashboardErrorFilter } from './dashboard-error.filter';
 import { DashboardRedisGuard } from './dashboard-redis.guard';
 import { DashboardUiController } from './dashboard-ui.controller';
+import { EventrailDashboardLink } from './eventrail-dashboard-link';
 import { DASHBOARD_OPTIONS, DASHBOARD_RAW_OPTIONS } from './dashboard.constants';
 import {
   EventrailDashboardAsyncOptions,
@@ -47,7 +48,9 @@ export class EventrailDashboardModule {
         { provide: DashboardAssets, useFactory: () => new DashboardAssets() },
         DashboardAccessGuard,
         DashboardRedisGuard,
+        EventrailDashboardLink,
       ],
+      exports: [EventrailDashboardLink],
     };
   }
 }

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Browser, BrowserContext, chromium, Page } from 'playwright-core';
 import {
   EventrailAdmin,
+  EventrailDashboardLink,
   EventrailMessage,
   EventrailModule,
   EventrailPublisher,
@@ -327,17 +328,26 @@ suite('dashboard in a real browser', () => {
   }, 120_000);
 
   it('read-only (on Fastify): shows no write controls and the API refuses writes', async () => {
-    // A second app on the same log, without handlers, serving a read-only dashboard without a token.
+    // A second app on the same log, without handlers, serving a read-only dashboard without a configured
+    // token: it generates one and logs the link that carries it, which is what a developer opens.
     const readOnly = await startApp(prefix, { path: '/eventrail', readOnly: true, refreshMs: 500 }, [], 'fastify');
     extraApps.push(readOnly.app);
+    const link = readOnly.app.get(EventrailDashboardLink).url ?? '';
+    expect(link).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/eventrail#token=[\w-]+$/);
+    const token = new URL(link).hash.slice('#token='.length);
     // The first test purged billing's dead letters: make one to look at.
     billing.failing = true;
     await publisher.publishMany([{ event: 'order.placed', data: { orderId: 'o-1004', amount: 7, currency: 'EUR' }, key: 'customer-5' }]);
     await waitFor(async () => (await admin.group('billing')).deadLetters === 1, 'a new dead letter in billing');
     const page = await newPage('dark');
     const problems = watchPage(page);
-    await page.goto(`${readOnly.url}#/groups/billing/dead-letters`);
+    await page.goto(link);
     await page.getByTestId('readonly-badge').waitFor({ state: 'visible' });
+    // The UI took the token from the fragment and took it out of the address bar: no sign-in form.
+    await page.locator('[data-testid="group-card"][data-group="billing"]').waitFor();
+    expect(page.url()).toBe(`${readOnly.url}#/`);
+    await expect(page.getByTestId('token-form').count()).resolves.toBe(0);
+    await page.goto(`${readOnly.url}#/groups/billing/dead-letters`);
     const count = (await admin.group('billing')).deadLetters;
     expect(count).toBe(1);
     await page
@@ -354,7 +364,7 @@ suite('dashboard in a real browser', () => {
 
     const refused = await fetch(`${readOnly.url}/api/groups/billing/dead-letters/replay`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
       body: JSON.stringify({ all: true }),
     });
     expect(refused.status).toBe(403);

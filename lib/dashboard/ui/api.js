@@ -1,5 +1,5 @@
 // The dashboard's JSON API, and the bearer token it needs (kept in sessionStorage, so it lasts as long as the tab).
-/* global sessionStorage, fetch -- browser globals: this file runs in the page, not in Node */
+/* global sessionStorage, fetch, location, history -- browser globals: this file runs in the page, not in Node */
 
 const TOKEN_KEY = 'eventrail.dashboard.token';
 /** Rows per list request. */
@@ -30,6 +30,24 @@ export function clearToken() {
   sessionStorage.removeItem(TOKEN_KEY);
 }
 
+/**
+ * The link the server logs carries the token in its fragment (`#token=...`), which a browser never sends:
+ * take it into sessionStorage and replace the fragment with the overview's, so that the token leaves the
+ * address bar and the history entry before anything else runs.
+ */
+export function takeTokenFromFragment() {
+  const match = /^#token=([^&/?]+)/.exec(location.hash);
+  if (!match) return;
+  let value;
+  try {
+    value = decodeURIComponent(match[1]);
+  } catch {
+    return;
+  }
+  setToken(value);
+  history.replaceState(null, '', `${location.pathname}${location.search}#/`);
+}
+
 export function onTokenRefused(handler) {
   tokenRefused = handler;
 }
@@ -37,7 +55,11 @@ export function onTokenRefused(handler) {
 /** `api/config`, which says whether a token is needed, so it is asked for without one. */
 export async function loadConfig() {
   const response = await fetch('api/config', { headers: { Accept: 'application/json' }, cache: 'no-store' });
-  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+  if (!response.ok) {
+    // The refusal of another machine or site says why; show that rather than the bare status.
+    const body = await response.json().catch(() => null);
+    throw new Error(messageOf(body, `${response.status} ${response.statusText}`));
+  }
   return response.json();
 }
 

@@ -4,7 +4,7 @@
 // The entry point: loads the configuration, asks for the token if needed, then routes `#/...` to a page and
 // refreshes the overview and that page every `refreshMs`, without ever reloading the document.
 
-import { api, clearToken, hasToken, loadConfig, onTokenRefused, setToken } from './api.js';
+import { api, clearToken, hasToken, loadConfig, onTokenRefused, setToken, takeTokenFromFragment } from './api.js';
 import { deadLettersPage } from './dead-letters.page.js';
 import { fill, h, inPage } from './dom.js';
 import { eventPage } from './event.page.js';
@@ -116,7 +116,7 @@ async function refresh() {
     if (window.scrollY !== scroll) window.scrollTo(0, scroll);
     setUpdated(null);
   } catch (error) {
-    // A 401 without a token configured is the server's "localhost only": say so rather than ask for a token.
+    // A 401 with a token required signs out (onTokenRefused); anything else, a 403 "this machine only" included, is shown.
     if (error.status !== 401 || !state.config.authRequired) setUpdated(error);
     if (error.status === 503 || error.status === 0) showOutage(error);
   } finally {
@@ -174,7 +174,12 @@ function showLogin(error) {
       },
     },
     h('h1', {}, 'Sign in'),
-    h('p', { class: 'muted' }, 'This dashboard needs the bearer token set in EventrailDashboardModule.register({ auth: { token } }).'),
+    h(
+      'p',
+      { class: 'muted' },
+      'This dashboard needs its bearer token: the one set in EventrailDashboardModule.register({ auth: { token } }), ' +
+        'or, without one, open the link with #token=… that the app logged at startup.',
+    ),
     error ? notice(error) : null,
     h('label', {}, 'Token', input),
     h('button', { type: 'submit', class: 'button button-primary', testid: 'token-submit' }, 'Sign in'),
@@ -187,6 +192,7 @@ function showLogin(error) {
 }
 
 async function boot() {
+  takeTokenFromFragment();
   for (const link of document.querySelectorAll('a[href^="#"]')) link.setAttribute('href', inPage(link.getAttribute('href')));
   document.getElementById('sign-out').addEventListener('click', () => signOut());
   document.addEventListener('visibilitychange', () => {
