@@ -47,14 +47,29 @@ export function parseArchiveName(name: string): (ArchiveObject & { prefix: strin
   return { name, prefix: match[1] ?? '', partition: Number(match[2]), firstId: match[3], lastId: match[4] };
 }
 
-/** Entries as XRANGE returns them, to the gzipped JSONL of one archive object. */
-export async function encodeArchive(partition: number, entries: ReadonlyArray<[string, string[]]>): Promise<Buffer> {
+/**
+ * Entries as XRANGE returns them, to the gzipped JSONL of one archive object.
+ * Refuses to make an object bigger than restore reads (`maxBytes`): retention
+ * then trims nothing, rather than trim entries into an archive that cannot be
+ * restored.
+ */
+export async function encodeArchive(
+  partition: number,
+  entries: ReadonlyArray<[string, string[]]>,
+  maxBytes = MAX_ARCHIVE_OBJECT_BYTES,
+): Promise<Buffer> {
   const lines = entries.map(([id, flat]) => {
     const fields: Record<string, string> = {};
     for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
     return JSON.stringify({ partition, id, fields });
   });
-  return gzipAsync(Buffer.from(`${lines.join('\n')}\n`, 'utf8'));
+  const text = Buffer.from(`${lines.join('\n')}\n`, 'utf8');
+  if (text.length > maxBytes) {
+    throw new Error(
+      `${entries.length} entries of partition ${partition} make ${text.length} bytes, over the ${maxBytes} an archive object may hold; lower retention.archive.maxEntriesPerObject`,
+    );
+  }
+  return gzipAsync(text);
 }
 
 /**
