@@ -169,6 +169,23 @@ describe('publish, for any data and headers', () => {
       expect(JSON.parse(fields[fields.indexOf('data') + 1])).toEqual(JSON.parse(JSON.stringify(value)));
       outcomes.resolved++;
     }
+    // publishMany validates the whole batch first: all of it is appended, or none.
+    for (let index = 0; index < 60; index++) {
+      const batch = Array.from({ length: 1 + int(random, 4) }, () => ({
+        event: 'any.batch',
+        data: random() < 0.7 ? { n: index } : data(random),
+        headers: (random() < 0.7 ? undefined : headers(random)) as Record<string, string>,
+      }));
+      const before = await redis.xlen(keys.stream(0));
+      const outcome = await publisher.publishMany(batch).then(
+        () => 'resolved',
+        (error: unknown) => (TYPED.some((type) => error instanceof type) ? 'typed' : error),
+      );
+      const appended = (await redis.xlen(keys.stream(0))) - before;
+      const where = `seed ${seed}, batch ${index}`;
+      expect({ where, outcome, appended }).toEqual({ where, outcome, appended: outcome === 'resolved' ? batch.length : 0 });
+      expect({ where, outcome: outcome === 'resolved' || outcome === 'typed' }).toEqual({ where, outcome: true });
+    }
     // The generator reaches both sides.
     expect(outcomes.resolved).toBeGreaterThan(20);
     expect(outcomes.typed).toBeGreaterThan(20);
