@@ -1,8 +1,22 @@
 import { InvalidEventDataError } from '../errors/invalid-event-data.error';
 import { InvalidEventNameError } from '../errors/invalid-event-name.error';
 import { InvalidHeadersError } from '../errors/invalid-headers.error';
+import { describeError } from '../util/describe-error';
 
 export const MAX_EVENT_NAME_LENGTH = 256;
+/**
+ * Deepest nesting of arrays and objects in event data. `JSON.stringify`
+ * recurses per level and overflows the stack a few thousand levels down (about
+ * 8000 on Node's default stack, fewer when called from deep in a stack); no
+ * real payload comes near 1000.
+ */
+export const MAX_DATA_DEPTH = 1000;
+/** Most headers on one event. */
+export const MAX_HEADERS = 64;
+/** Longest header name, in UTF-8 bytes. */
+export const MAX_HEADER_NAME_BYTES = 256;
+/** Longest header value, in UTF-8 bytes (a `traceparent` is 55, a `tracestate` at most 512). */
+export const MAX_HEADER_VALUE_BYTES = 8 * 1024;
 // C0 controls, DEL and C1 controls.
 // eslint-disable-next-line no-control-regex
 const CONTROL_CHARS = /[\u0000-\u001f\u007f-\u009f]/;
@@ -18,13 +32,20 @@ export function validateEventName(event: unknown): asserts event is string {
 
 /**
  * Throws unless `value` survives `JSON.stringify` / `JSON.parse` unchanged:
- * only null, booleans, finite numbers, strings, arrays and plain objects, and
- * no cycles. The error names the path of the first offending value.
+ * only null, booleans, finite numbers, strings, arrays and plain objects, no
+ * cycles, and at most `MAX_DATA_DEPTH` levels deep. The error names the path
+ * of the first offending value.
  */
 export function validateJsonData(event: string, value: unknown): void {
-  // The fast walk builds no path strings; only a failure walks again to name the path.
-  if (isPlainJson(value, [])) return;
-  checkValue(event, value, 'data', []);
+  try {
+    // The fast walk builds no path strings; only a failure walks again to name the path.
+    if (isPlainJson(value, [])) return;
+    checkValue(event, value, 'data', []);
+  } catch (error) {
+    if (error instanceof InvalidEventDataError) throw error;
+    // A getter or a proxy trap that throws: JSON.stringify would throw it too.
+    throw new InvalidEventDataError(event, 'data', `cannot be read (${describeError(error)})`);
+  }
 }
 
 function isPlainJson(value: unknown, ancestors: object[]): boolean {
@@ -40,7 +61,8 @@ function isPlainJson(value: unknown, ancestors: object[]): boolean {
       return false;
   }
   if (value === null) return true;
-  if (ancestors.includes(value)) return false;
+  // The depth check comes first: it also bounds the cost of the cycle check below.
+  if (ancestors.length >= MAX_DATA_DEPTH || ancestors.includes(value)) return false;
   ancestors.push(value);
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
@@ -76,6 +98,9 @@ function checkValue(event: string, value: unknown, path: string, ancestors: obje
   }
   if (value === null) return;
   const object = value as object;
+  if (ancestors.length >= MAX_DATA_DEPTH) {
+    throw new InvalidEventDataError(event, shortPath(path), `nests more than ${MAX_DATA_DEPTH} levels of arrays and objects`);
+  }
   if (ancestors.includes(object)) throw new InvalidEventDataError(event, path, 'is a circular reference');
   if (Array.isArray(object)) {
     ancestors.push(object);
@@ -105,12 +130,71 @@ function childPath(path: string, key: string): string {
   return IDENTIFIER.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 }
 
+/** A path a thousand levels deep is unreadable in a message: its start says where. */
+function shortPath(path: string): string {
+  return path.length > 120 ? `${path.slice(0, 120)}...` : path;
+}
+
+/**
+ * Throws unless `headers` is a plain object of at most `MAX_HEADERS` string
+ * values, each name non-empty, free of control characters and at most
+ * `MAX_HEADER_NAME_BYTES`, each value at most `MAX_HEADER_VALUE_BYTES`.
+ * The error names the header.
+ */
 export function validateHeaders(event: string, headers: unknown): asserts headers is Record<string, string> {
   if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) {
-    throw new InvalidHeadersError(event, '(all)', 'is not an object');
+    throw new InvalidHeadersError(event, '(all)', 'is not an object of string values');
   }
-  for (const [name, value] of Object.entries(headers)) {
+  try {
+    checkHeaders(event, headers as Record<string, unknown>);
+  } catch (error) {
+    if (error instanceof InvalidHeadersError) throw error;
+    // A getter or a proxy trap that throws.
+    throw new InvalidHeadersError(event, '(all)', `cannot be read (${describeError(error)})`);
+  }
+}
+
+function checkHeaders(event: string, headers: Record<string, unknown>): void {
+  const proto = Object.getPrototypeOf(headers) as object | null;
+  // A Map or a class instance would be sent as {} (JSON keeps own fields only).
+  if (proto !== Object.prototype && proto !== null) throw new InvalidHeadersError(event, '(all)', 'is not a plain object');
+  // Counted before any value is read, so a huge object fails at once.
+  const names = Object.keys(headers);
+  if (names.length > MAX_HEADERS) {
+    throw new InvalidHeadersError(event, headerLabel(names[MAX_HEADERS]), `is one of ${names.length} headers, over ${MAX_HEADERS}`);
+  }
+  for (const name of names) {
     if (name.length === 0) throw new InvalidHeadersError(event, '""', 'has an empty name');
-    if (typeof value !== 'string') throw new InvalidHeadersError(event, JSON.stringify(name), `has a ${typeof value} value`);
+    if (overBytes(name, MAX_HEADER_NAME_BYTES)) {
+      throw new InvalidHeadersError(
+        event,
+        headerLabel(name),
+        `has a name of ${Buffer.byteLength(name)} bytes, over ${MAX_HEADER_NAME_BYTES}`,
+      );
+    }
+    if (CONTROL_CHARS.test(name)) throw new InvalidHeadersError(event, headerLabel(name), 'has control characters in its name');
+    const value = headers[name];
+    if (typeof value !== 'string') {
+      throw new InvalidHeadersError(event, headerLabel(name), `has a ${typeof value} value; header values must be strings`);
+    }
+    if (overBytes(value, MAX_HEADER_VALUE_BYTES)) {
+      throw new InvalidHeadersError(
+        event,
+        headerLabel(name),
+        `has a value of ${Buffer.byteLength(value)} bytes, over ${MAX_HEADER_VALUE_BYTES}`,
+      );
+    }
   }
+}
+
+/** The header's name as the error shows it: quoted, control characters escaped, a long one cut. */
+function headerLabel(name: string): string {
+  return name.length > 64 ? `${JSON.stringify(name.slice(0, 64))}...` : JSON.stringify(name);
+}
+
+/** Whether `text` is over `max` bytes in UTF-8, counted only when its UTF-16 length does not settle it. */
+function overBytes(text: string, max: number): boolean {
+  // Every UTF-16 unit is at least one UTF-8 byte and at most three.
+  if (text.length > max) return true;
+  return text.length * 3 > max && Buffer.byteLength(text, 'utf8') > max;
 }

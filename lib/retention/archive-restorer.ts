@@ -6,7 +6,7 @@ import { readEntry } from '../log/codec';
 import { redeliver } from '../log/redelivery';
 import { compareStreamIds, isStreamId, MAX_SEQ } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { ArchivedEntry, decodeArchive, parseArchiveName } from './archive/archive-file';
+import { ArchivedEntry, decodeArchive, MAX_ARCHIVE_OBJECT_BYTES, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
 import type { ArchiveObject, ArchiveSource, ProgressListener } from '../eventrail.types';
 
@@ -24,6 +24,8 @@ export class ArchiveRestorer {
   constructor(
     private readonly redis: EventrailRedis,
     private readonly sink: ArchiveSink,
+    /** Most bytes one object may inflate to (see `MAX_ARCHIVE_OBJECT_BYTES`). */
+    private readonly maxObjectBytes = MAX_ARCHIVE_OBJECT_BYTES,
   ) {}
 
   /** Archive objects of this log (by its prefix), by partition and then id. */
@@ -41,19 +43,45 @@ export class ArchiveRestorer {
       .sort((a, b) => a.partition - b.partition || compareStreamIds(a.firstId, b.firstId));
   }
 
+  /**
+   * Every object is read and checked against its name before the first entry
+   * is appended, so a bad one stops the restore with nothing appended (a
+   * restore is not idempotent: a half-done one could not simply be run again).
+   * Objects go in partition and id order; an entry an earlier object of this
+   * call already restored is not appended again, so objects that overlap (a
+   * crash between writing an object and moving the archive mark makes the next
+   * cycle write an overlapping one) restore each entry once.
+   */
   async restore(group: string, source: ArchiveSource, onProgress?: ProgressListener): Promise<number> {
     const { objects, from, to } = await this.select(source);
+    // Progress counts each object twice: once checked, once appended.
+    const steps = objects.length * 2;
+    for (const [done, object] of objects.entries()) {
+      await this.read(object);
+      onProgress?.(done + 1, steps);
+    }
+    // Per partition, the last original id this call appended: objects come in id order, so anything at or before it is a repeat.
+    const restoredUpTo = new Map<number, string>();
     let restored = 0;
     for (const [done, object] of objects.entries()) {
-      const entries = (await decodeArchive(object.name, await this.sink.get(object.name))).filter(
-        (e) => (from === undefined || compareStreamIds(e.id, from) >= 0) && (to === undefined || compareStreamIds(e.id, to) <= 0),
+      const upTo = restoredUpTo.get(object.partition);
+      const entries = (await this.read(object)).filter(
+        (e) =>
+          (upTo === undefined || compareStreamIds(e.id, upTo) > 0) &&
+          (from === undefined || compareStreamIds(e.id, from) >= 0) &&
+          (to === undefined || compareStreamIds(e.id, to) <= 0),
       );
       const count = await this.append(group, object, entries, restored);
+      if (entries.length > 0) restoredUpTo.set(object.partition, entries[entries.length - 1].id);
       this.logger.log(`Restored ${count} entries of archive ${object.name} for group "${group}"`);
       restored += count;
-      onProgress?.(done + 1, objects.length);
+      onProgress?.(objects.length + done + 1, steps);
     }
     return restored;
+  }
+
+  private async read(object: ArchiveObject): Promise<ArchivedEntry[]> {
+    return decodeArchive(object, await this.sink.get(object.name), this.maxObjectBytes);
   }
 
   private async select(source: ArchiveSource): Promise<{ objects: ArchiveObject[]; from?: string; to?: string }> {
@@ -63,9 +91,9 @@ export class ArchiveRestorer {
         const parsed = typeof name === 'string' ? parseArchiveName(name) : null;
         if (!parsed)
           throw new InvalidOptionError('source', name, 'an archive name such as "eventrail/p0/1700000000000-0_1700000000999-0.jsonl.gz"');
-        return parsed;
+        return this.ofThisLog(parsed);
       });
-      return { objects };
+      return { objects: inRestoreOrder(objects) };
     }
     if (source === null || typeof source !== 'object') {
       throw new InvalidOptionError('source', source, 'an archive name, a list of names, or { partition?, from?, to? }');
@@ -73,20 +101,30 @@ export class ArchiveRestorer {
     const range = source as { partition?: number; from?: string | Date; to?: string | Date };
     const from = rangeBound('source.from', range.from, '0');
     const to = rangeBound('source.to', range.to, MAX_SEQ);
-    const objects = (await this.list(range.partition)).filter(
-      (o) => (from === undefined || compareStreamIds(o.lastId, from) >= 0) && (to === undefined || compareStreamIds(o.firstId, to) <= 0),
-    );
+    const objects = (await this.list(range.partition))
+      .filter(
+        (o) => (from === undefined || compareStreamIds(o.lastId, from) >= 0) && (to === undefined || compareStreamIds(o.firstId, to) <= 0),
+      )
+      .map((o) => this.ofThisLog({ ...o, prefix: this.redis.keys.prefix }));
     return { objects, from, to };
   }
 
+  /** A named object belongs to this log: its prefix, one of its partitions. */
+  private ofThisLog(object: ArchiveObject & { prefix: string }): ArchiveObject {
+    const { prefix, partitions } = this.redis.keys;
+    if (object.prefix !== prefix) {
+      throw new ArchiveFormatError(object.name, 0, `it is an archive of the log "${object.prefix}", not of this log ("${prefix}")`);
+    }
+    if (object.partition >= partitions) {
+      throw new ArchiveFormatError(object.name, 0, `partition ${object.partition} does not exist in this log (${partitions})`);
+    }
+    const { name, partition, firstId, lastId } = object;
+    return { name, partition, firstId, lastId };
+  }
+
+  /** `entries` are all of `partition` (decodeArchive checked it): every page goes to one stream, so one cluster slot. */
   private async append(group: string, { name, partition }: ArchiveObject, entries: ArchivedEntry[], before: number): Promise<number> {
     const { client, keys } = this.redis;
-    if (partition >= keys.partitions)
-      throw new ArchiveFormatError(name, 0, `partition ${partition} does not exist in this log (${keys.partitions})`);
-    // One partition per object: every page below goes to one stream, so one cluster slot.
-    const stray = entries.find((e) => e.partition !== partition);
-    if (stray)
-      throw new ArchiveFormatError(name, 0, `entry ${stray.id} is of partition ${stray.partition}, not ${partition} as the name says`);
     let appended = 0;
     for (let i = 0; i < entries.length; i += PAGE) {
       const page = entries.slice(i, i + PAGE).map((e) => ({ partition, entry: readEntry(e.id, Object.entries(e.fields).flat()) }));
@@ -102,6 +140,12 @@ export class ArchiveRestorer {
     }
     return appended;
   }
+}
+
+/** By partition, then id, each name once: the order restore's repeat check relies on. */
+function inRestoreOrder(objects: ArchiveObject[]): ArchiveObject[] {
+  const unique = [...new Map(objects.map((o) => [o.name, o])).values()];
+  return unique.sort((a, b) => a.partition - b.partition || compareStreamIds(a.firstId, b.firstId) || compareStreamIds(a.lastId, b.lastId));
 }
 
 function rangeBound(path: string, value: string | Date | undefined, seq: string): string | undefined {

@@ -6,7 +6,9 @@ import type { ArchiveSink } from './archive-sink';
 /**
  * Archives to a directory. Each object is written to a temporary file, flushed
  * to disk, renamed into place (atomic on one file system, so a reader never
- * sees half an archive) and its size checked.
+ * sees half an archive), its directory flushed (so a crash cannot undo the
+ * rename, or the creation of a new directory, after the mark has moved) and its
+ * size checked.
  */
 export class FsArchiveSink implements ArchiveSink {
   readonly id: string;
@@ -19,7 +21,7 @@ export class FsArchiveSink implements ArchiveSink {
 
   async put(name: string, body: Buffer): Promise<void> {
     const path = this.path(name);
-    await mkdir(dirname(path), { recursive: true });
+    const created = await mkdir(dirname(path), { recursive: true });
     const temporary = `${path}.${randomBytes(6).toString('hex')}.tmp`;
     try {
       const handle = await open(temporary, 'wx');
@@ -34,6 +36,8 @@ export class FsArchiveSink implements ArchiveSink {
       await rm(temporary, { force: true });
       throw error;
     }
+    // A rename is durable once its directory is; directories mkdir just made are entries in their parents.
+    for (const dir of directoriesToSync(dirname(path), created)) await syncDirectory(dir);
     const { size } = await stat(path);
     if (size !== body.length) throw new Error(`archive file ${path} has ${size} bytes after writing ${body.length}`);
   }
@@ -68,5 +72,31 @@ export class FsArchiveSink implements ArchiveSink {
     const path = resolve(join(this.root, ...name.split('/')));
     if (path !== this.root && !path.startsWith(this.root + sep)) throw new Error(`archive name ${name} leaves the archive directory`);
     return path;
+  }
+}
+
+/** The file's directory, and when `mkdir` created directories (from `created` down), every parent of one. */
+function directoriesToSync(dir: string, created: string | undefined): string[] {
+  const dirs = [dir];
+  if (created === undefined) return dirs;
+  for (let parent = dirname(dir); ; parent = dirname(parent)) {
+    dirs.push(parent);
+    if (parent === dirname(created) || parent === dirname(parent)) return dirs;
+  }
+}
+
+async function syncDirectory(dir: string): Promise<void> {
+  let handle;
+  try {
+    handle = await open(dir, 'r');
+  } catch (error) {
+    // Windows cannot open a directory; its file system orders a rename's metadata itself.
+    if (process.platform === 'win32' && ['EISDIR', 'EPERM', 'EACCES'].includes(String((error as NodeJS.ErrnoException).code))) return;
+    throw error;
+  }
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
   }
 }
