@@ -1,6 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
 import type { Durability, ResolvedEventrailOptions } from '../eventrail.options';
+import { EventrailError } from '../errors/eventrail.error';
+import { InvalidEventDataError } from '../errors/invalid-event-data.error';
+import { InvalidHeadersError } from '../errors/invalid-headers.error';
+import { describeError } from '../util/describe-error';
 import { ReplicationTimeoutError } from '../errors/replication-timeout.error';
 import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
@@ -190,7 +194,7 @@ export class EventrailPublisher {
       throw new InvalidPublishOptionsError(event, 'options', 'must be an object');
     }
     validateJsonData(event, data);
-    const json = JSON.stringify(data);
+    const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason));
     const max = this.options.maxPayloadBytes;
     // A UTF-16 length of a third of the limit cannot exceed it in UTF-8: skip the byte count then.
     if (json.length * 3 > max) {
@@ -201,7 +205,8 @@ export class EventrailPublisher {
     let headersJson: string | undefined;
     if (headers !== undefined) {
       validateHeaders(event, headers);
-      if (Object.keys(headers).length > 0) headersJson = JSON.stringify(headers);
+      if (Object.keys(headers).length > 0)
+        headersJson = stringifyChecked(headers, (reason) => new InvalidHeadersError(event, '(all)', reason));
     }
     if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH)) {
       throw new InvalidPublishOptionsError(event, 'key', `must be a non-empty string of at most ${MAX_KEY_LENGTH} characters`);
@@ -242,4 +247,18 @@ function mostDurable(events: ReadonlyArray<PublishInput>): Durability | undefine
     chosen ??= e?.durability;
   }
   return chosen;
+}
+
+/**
+ * JSON of a value that passed validation. A getter or proxy that behaved
+ * while it was checked and throws only now is still bad input: a typed
+ * error, never a crash or a half-built entry.
+ */
+function stringifyChecked(value: unknown, invalid: (reason: string) => EventrailError): string {
+  try {
+    return JSON.stringify(value);
+  } catch (error) {
+    if (error instanceof EventrailError) throw error;
+    throw invalid(`cannot be serialised (${describeError(error)})`);
+  }
 }

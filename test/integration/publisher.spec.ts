@@ -38,6 +38,39 @@ describe('EventrailPublisher', () => {
     redis.disconnect();
   });
 
+  it('refuses, typed and with nothing appended, data or headers whose getters throw at any read, validation or serialisation', async () => {
+    /** A value whose `field` getter answers `reads` times and throws after. */
+    const flaky = (reads: number): Record<string, unknown> => {
+      let left = reads;
+      return Object.defineProperty({}, 'field', {
+        enumerable: true,
+        get: () => {
+          if (left-- <= 0) throw new Error('gone');
+          return 'v';
+        },
+      }) as Record<string, unknown>;
+    };
+    // Validation reads the property some number of times and serialisation once more: whichever read
+    // throws, the outcome is a typed refusal with nothing appended, or an entry with the data as read.
+    for (const reads of [0, 1, 2, 3, 4, 5, 6, 7, 8]) {
+      for (const publish of [
+        () => publisher.publish('flaky.data', flaky(reads)),
+        () => publisher.publish('flaky.headers', {}, { headers: flaky(reads) as Record<string, string> }),
+      ]) {
+        const before = await logLength();
+        const outcome = await publish().then(
+          () => 'appended',
+          (error: unknown) => error,
+        );
+        if (outcome === 'appended') expect(await logLength()).toBe(before + 1);
+        else {
+          expect([InvalidEventDataError, InvalidHeadersError].some((type) => outcome instanceof type)).toBe(true);
+          expect(await logLength()).toBe(before);
+        }
+      }
+    }
+  });
+
   it('appends one entry in the documented wire format and returns its position', async () => {
     const result = await publisher.publish(
       'order.created',
