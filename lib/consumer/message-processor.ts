@@ -45,8 +45,9 @@ export class MessageProcessor {
 
   /** True when the group handles this entry; other entries are done without a call. */
   wants(entry: RawEntry | MalformedEntry): boolean {
-    if (isMalformed(entry)) return true;
-    return (entry.to === undefined || entry.to === this.group) && this.handlers.has(entry.event);
+    if (entry.to !== undefined && entry.to !== this.group) return false;
+    // A malformed entry has no event type to filter on: every group it is for dead-letters it.
+    return isMalformed(entry) || this.handlers.has(entry.event);
   }
 
   /**

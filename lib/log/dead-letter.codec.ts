@@ -94,7 +94,10 @@ export function originalEntry(list: string[]): { entry: RawEntry | MalformedEntr
   const f = fieldMap(list);
   const partition = Number(f.partition);
   if (f.raw !== undefined) {
-    return { entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed' }, partition };
+    return {
+      entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed', to: undefined },
+      partition,
+    };
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
