@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { isMalformed } from '../log/codec';
@@ -5,11 +6,20 @@ import { DeadLetter, decodeDeadLetter, originalEntry } from '../log/dead-letter.
 import { redeliver, Redelivery } from '../log/redelivery';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { eventrailPipeline } from '../scripts/scripts';
 import { isStreamId } from '../log/stream-id';
 import type { ProgressListener } from '../eventrail.types';
 import type { DeadLetterPage } from './admin.types';
 
 const PAGE = 500;
+/**
+ * How long a replay holds its claim on a dead letter. Claims of replayed
+ * letters are left to expire rather than released, so a replay that read a
+ * letter just before another one replayed and deleted it cannot claim it
+ * again; only a replay paused this long between reading a letter and deleting
+ * it lets another append the letter a second time.
+ */
+const CLAIM_TTL_MS = 60_000;
 
 /**
  * Dead letters of a group: list, replay (to the group that dead-lettered them,
@@ -98,14 +108,37 @@ export class DeadLetterAdmin {
     return replies.flatMap(([error, entries]) => (error ? [] : (entries as Array<[string, string[]]>)));
   }
 
+  /**
+   * Replays the letters of `page` this call manages to claim. Replays running
+   * at once (two admin instances, two CLI runs) claim each letter with
+   * `SET NX PX` under the group's hash tag, so each letter is appended by one
+   * of them. The log streams live in the partitions' tags, so no script can
+   * append and delete in one step on Redis Cluster: a letter is deleted only
+   * after its append succeeded, so a crash in between can append it again
+   * later, but never lose it.
+   */
   private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
     if (page.length === 0) return 0;
     const { keys, client } = this.redis;
-    const letters = page.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    const token = randomBytes(12).toString('hex');
+    const claiming = client.pipeline();
+    for (const [id] of page) claiming.set(replayClaimKey(keys.prefix, group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
+    const claims = (await claiming.exec()) ?? [];
+    const refused = claims.find(([error]) => error);
+    if (refused) throw refused[0];
+    const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters);
-    // Only what was appended leaves the dead-letter stream.
+    // Only what was appended leaves the dead-letter stream; the claims of the
+    // others are released so that a later replay can try them again.
     const appended = letters.filter((_, i) => failures[i] === null).map(({ id }) => id);
-    if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
+    const settling = eventrailPipeline(client);
+    if (appended.length > 0) settling.xdel(keys.deadLetters(group), ...appended);
+    letters.forEach(({ id }, i) => {
+      if (failures[i] !== null) settling.eventrailReleaseLock(replayClaimKey(keys.prefix, group, id), token);
+    });
+    const replies = (await settling.exec()) ?? [];
+    if (appended.length > 0 && replies[0]?.[0]) throw replies[0][0];
     return appended.length;
   }
 
@@ -117,4 +150,13 @@ export class DeadLetterAdmin {
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
     return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
   }
+}
+
+/**
+ * A replay's claim on one dead letter, under the group's hash tag beside its
+ * dead-letter stream. Belongs in `EventrailKeys` (as `replayClaim(group, id)`);
+ * built here with the same rule until it moves there.
+ */
+function replayClaimKey(prefix: string, group: string, deadLetterId: string): string {
+  return `${prefix}:group:{${group}}:replay:${deadLetterId}`;
 }
