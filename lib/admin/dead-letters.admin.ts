@@ -10,6 +10,7 @@ import { eventrailPipeline } from '../scripts/scripts';
 import { isStreamId } from '../log/stream-id';
 import type { ProgressListener } from '../eventrail.types';
 import type { DeadLetterPage } from './admin.types';
+import { pageBudget, readBudgeted } from './page-budget';
 
 const PAGE = 500;
 /**
@@ -33,17 +34,35 @@ export class DeadLetterAdmin {
 
   /**
    * A page of a group's dead letters, oldest first (newest first with
-   * `newestFirst`); pass the last `id` as `after` for the next page.
+   * `newestFirst`); pass the last `id` as `after` for the next page. A page
+   * may hold fewer than `count` when it reached `maxBytes`: ask again until
+   * a page comes back empty, or use `page`, which says where to go on.
    */
-  async list(group: string, { count = 100, after, newestFirst = false }: DeadLetterPage = {}): Promise<DeadLetter[]> {
+  async list(group: string, options: DeadLetterPage = {}): Promise<DeadLetter[]> {
+    return (await this.page(group, options)).items;
+  }
+
+  /**
+   * A page of dead letters as `list` gives it, and `next`: the id to pass as
+   * `after` for the next page, or null when this one reached the end.
+   */
+  async page(
+    group: string,
+    { count = 100, after, newestFirst = false, maxBytes }: DeadLetterPage = {},
+  ): Promise<{ items: DeadLetter[]; next: string | null }> {
     if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
     if (after !== undefined && !isStreamId(after))
       throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
+    const budget = pageBudget(maxBytes);
     const key = this.redis.keys.deadLetters(group);
-    const entries = newestFirst
-      ? await this.redis.client.xrevrange(key, after ? `(${after}` : '+', '-', 'COUNT', count)
-      : await this.redis.client.xrange(key, after ? `(${after}` : '-', '+', 'COUNT', count);
-    return entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+    const { client } = this.redis;
+    const read = newestFirst
+      ? (start: string, n: number) => client.xrevrange(key, start, '-', 'COUNT', n)
+      : (start: string, n: number) => client.xrange(key, start, '+', 'COUNT', n);
+    const start = after ? `(${after}` : newestFirst ? '+' : '-';
+    const { entries, more } = await readBudgeted(read, start, count, budget, (id) => `(${id}`);
+    const items = entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+    return { items, next: more && items.length > 0 ? items[items.length - 1].id : null };
   }
 
   /** One dead letter by id, or null when there is none (replayed, purged or never existed). */
