@@ -10,8 +10,9 @@ import { eventrailPipeline } from '../scripts/scripts';
 import { isStreamId } from '../log/stream-id';
 import type { ProgressListener } from '../eventrail.types';
 import type { DeadLetterPage } from './admin.types';
-import { pageBudget, readBudgeted } from './page-budget';
+import { DEFAULT_PAGE_BYTES, entrySize, nextRead, pageBudget, readBudgeted } from './page-budget';
 
+/** Most dead letters replayed per round trip; fewer when they are big (see `page-budget.ts`). */
 const PAGE = 500;
 /**
  * How long a replay holds its claim on a dead letter. Claims of replayed
@@ -88,9 +89,15 @@ export class DeadLetterAdmin {
       for (const id of ids)
         if (typeof id !== 'string' || !isStreamId(id)) throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
       let replayed = 0;
-      for (let i = 0; i < ids.length; i += PAGE) {
-        replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
-        onProgress?.(Math.min(i + PAGE, ids.length), ids.length);
+      let largest = 0;
+      for (let i = 0; i < ids.length;) {
+        // Pages of up to PAGE letters, fewer when they are big: a page is held in memory twice (read, then appended).
+        const n = nextRead(Math.min(PAGE, ids.length - i), DEFAULT_PAGE_BYTES, largest);
+        const page = await this.fetch(group, ids.slice(i, i + n));
+        for (const [id, fields] of page) largest = Math.max(largest, entrySize(id, fields));
+        replayed += await this.replayPage(group, page);
+        i += n;
+        onProgress?.(i, ids.length);
       }
       return replayed;
     }
@@ -103,7 +110,13 @@ export class DeadLetterAdmin {
     let after = '-';
     let done = 0;
     for (;;) {
-      const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
+      const { entries: page } = await readBudgeted(
+        (start, n) => this.redis.client.xrange(key, start, last[0], 'COUNT', n),
+        after,
+        PAGE,
+        DEFAULT_PAGE_BYTES,
+        (id) => `(${id}`,
+      );
       if (page.length === 0) return replayed;
       replayed += await this.replayPage(group, page);
       done += page.length;
