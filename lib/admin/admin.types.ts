@@ -136,6 +136,13 @@ export interface ReadLogOptions {
   count?: number;
   /** Only these event types. Filtering scans at most 10000 entries per call; `next` continues the scan. */
   events?: readonly string[];
+  /**
+   * Most bytes of entries (their ids, field names and values) one page
+   * returns, 1 to 256 MiB; a page always holds at least one entry, and `next`
+   * goes on after the last one.
+   * @default 4 MiB (4194304)
+   */
+  maxBytes?: number;
 }
 
 export interface FollowOptions {
@@ -160,6 +167,13 @@ export interface DeadLetterPage {
    * @default false
    */
   newestFirst?: boolean;
+  /**
+   * Most bytes of dead letters (their ids, field names and values) one page
+   * holds, 1 to 256 MiB; a page always holds at least one dead letter, so it
+   * can hold fewer than `count` before the end.
+   * @default 4 MiB (4194304)
+   */
+  maxBytes?: number;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { ResolvedEventrailOptions } from '../eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { isMalformed } from '../log/codec';
@@ -5,11 +6,22 @@ import { DeadLetter, decodeDeadLetter, originalEntry } from '../log/dead-letter.
 import { redeliver, Redelivery } from '../log/redelivery';
 import { partitionForKey } from '../log/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { eventrailPipeline } from '../scripts/scripts';
 import { isStreamId } from '../log/stream-id';
 import type { ProgressListener } from '../eventrail.types';
 import type { DeadLetterPage } from './admin.types';
+import { DEFAULT_PAGE_BYTES, entrySize, nextRead, pageBudget, readBudgeted } from './page-budget';
 
+/** Most dead letters replayed per round trip; fewer when they are big (see `page-budget.ts`). */
 const PAGE = 500;
+/**
+ * How long a replay holds its claim on a dead letter. Claims of replayed
+ * letters are left to expire rather than released, so a replay that read a
+ * letter just before another one replayed and deleted it cannot claim it
+ * again; only a replay paused this long between reading a letter and deleting
+ * it lets another append the letter a second time.
+ */
+const CLAIM_TTL_MS = 60_000;
 
 /**
  * Dead letters of a group: list, replay (to the group that dead-lettered them,
@@ -23,17 +35,35 @@ export class DeadLetterAdmin {
 
   /**
    * A page of a group's dead letters, oldest first (newest first with
-   * `newestFirst`); pass the last `id` as `after` for the next page.
+   * `newestFirst`); pass the last `id` as `after` for the next page. A page
+   * may hold fewer than `count` when it reached `maxBytes`: ask again until
+   * a page comes back empty, or use `page`, which says where to go on.
    */
-  async list(group: string, { count = 100, after, newestFirst = false }: DeadLetterPage = {}): Promise<DeadLetter[]> {
+  async list(group: string, options: DeadLetterPage = {}): Promise<DeadLetter[]> {
+    return (await this.page(group, options)).items;
+  }
+
+  /**
+   * A page of dead letters as `list` gives it, and `next`: the id to pass as
+   * `after` for the next page, or null when this one reached the end.
+   */
+  async page(
+    group: string,
+    { count = 100, after, newestFirst = false, maxBytes }: DeadLetterPage = {},
+  ): Promise<{ items: DeadLetter[]; next: string | null }> {
     if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new InvalidOptionError('count', count, 'an integer from 1 to 10000');
     if (after !== undefined && !isStreamId(after))
       throw new InvalidOptionError('after', after, 'a dead-letter id such as "1700000000000-0"');
+    const budget = pageBudget(maxBytes);
     const key = this.redis.keys.deadLetters(group);
-    const entries = newestFirst
-      ? await this.redis.client.xrevrange(key, after ? `(${after}` : '+', '-', 'COUNT', count)
-      : await this.redis.client.xrange(key, after ? `(${after}` : '-', '+', 'COUNT', count);
-    return entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+    const { client } = this.redis;
+    const read = newestFirst
+      ? (start: string, n: number) => client.xrevrange(key, start, '-', 'COUNT', n)
+      : (start: string, n: number) => client.xrange(key, start, '+', 'COUNT', n);
+    const start = after ? `(${after}` : newestFirst ? '+' : '-';
+    const { entries, more } = await readBudgeted(read, start, count, budget, (id) => `(${id}`);
+    const items = entries.map(([id, fields]) => decodeDeadLetter(id, fields));
+    return { items, next: more && items.length > 0 ? items[items.length - 1].id : null };
   }
 
   /** One dead letter by id, or null when there is none (replayed, purged or never existed). */
@@ -59,9 +89,15 @@ export class DeadLetterAdmin {
       for (const id of ids)
         if (typeof id !== 'string' || !isStreamId(id)) throw new InvalidOptionError('ids', id, 'dead-letter ids such as "1700000000000-0"');
       let replayed = 0;
-      for (let i = 0; i < ids.length; i += PAGE) {
-        replayed += await this.replayPage(group, await this.fetch(group, ids.slice(i, i + PAGE)));
-        onProgress?.(Math.min(i + PAGE, ids.length), ids.length);
+      let largest = 0;
+      for (let i = 0; i < ids.length;) {
+        // Pages of up to PAGE letters, fewer when they are big: a page is held in memory twice (read, then appended).
+        const n = nextRead(Math.min(PAGE, ids.length - i), DEFAULT_PAGE_BYTES, largest);
+        const page = await this.fetch(group, ids.slice(i, i + n));
+        for (const [id, fields] of page) largest = Math.max(largest, entrySize(id, fields));
+        replayed += await this.replayPage(group, page);
+        i += n;
+        onProgress?.(i, ids.length);
       }
       return replayed;
     }
@@ -74,7 +110,13 @@ export class DeadLetterAdmin {
     let after = '-';
     let done = 0;
     for (;;) {
-      const page = await this.redis.client.xrange(key, after, last[0], 'COUNT', PAGE);
+      const { entries: page } = await readBudgeted(
+        (start, n) => this.redis.client.xrange(key, start, last[0], 'COUNT', n),
+        after,
+        PAGE,
+        DEFAULT_PAGE_BYTES,
+        (id) => `(${id}`,
+      );
       if (page.length === 0) return replayed;
       replayed += await this.replayPage(group, page);
       done += page.length;
@@ -98,14 +140,37 @@ export class DeadLetterAdmin {
     return replies.flatMap(([error, entries]) => (error ? [] : (entries as Array<[string, string[]]>)));
   }
 
+  /**
+   * Replays the letters of `page` this call manages to claim. Replays running
+   * at once (two admin instances, two CLI runs) claim each letter with
+   * `SET NX PX` under the group's hash tag, so each letter is appended by one
+   * of them. The log streams live in the partitions' tags, so no script can
+   * append and delete in one step on Redis Cluster: a letter is deleted only
+   * after its append succeeded, so a crash in between can append it again
+   * later, but never lose it.
+   */
   private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
     if (page.length === 0) return 0;
     const { keys, client } = this.redis;
-    const letters = page.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    const token = randomBytes(12).toString('hex');
+    const claiming = client.pipeline();
+    for (const [id] of page) claiming.set(replayClaimKey(keys.prefix, group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
+    const claims = (await claiming.exec()) ?? [];
+    const refused = claims.find(([error]) => error);
+    if (refused) throw refused[0];
+    const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters);
-    // Only what was appended leaves the dead-letter stream.
+    // Only what was appended leaves the dead-letter stream; the claims of the
+    // others are released so that a later replay can try them again.
     const appended = letters.filter((_, i) => failures[i] === null).map(({ id }) => id);
-    if (appended.length > 0) await client.xdel(keys.deadLetters(group), ...appended);
+    const settling = eventrailPipeline(client);
+    if (appended.length > 0) settling.xdel(keys.deadLetters(group), ...appended);
+    letters.forEach(({ id }, i) => {
+      if (failures[i] !== null) settling.eventrailReleaseLock(replayClaimKey(keys.prefix, group, id), token);
+    });
+    const replies = (await settling.exec()) ?? [];
+    if (appended.length > 0 && replies[0]?.[0]) throw replies[0][0];
     return appended.length;
   }
 
@@ -117,4 +182,13 @@ export class DeadLetterAdmin {
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
     return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
   }
+}
+
+/**
+ * A replay's claim on one dead letter, under the group's hash tag beside its
+ * dead-letter stream. Belongs in `EventrailKeys` (as `replayClaim(group, id)`);
+ * built here with the same rule until it moves there.
+ */
+function replayClaimKey(prefix: string, group: string, deadLetterId: string): string {
+  return `${prefix}:group:{${group}}:replay:${deadLetterId}`;
 }

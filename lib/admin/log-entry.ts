@@ -15,7 +15,7 @@ export function toLogEntry(partition: number, offset: string, fields: string[]):
       data: null,
       headers: {},
       publishedAt: null,
-      to: null,
+      to: raw.to ?? null,
       malformed: raw.reason,
       fields,
     };

@@ -1,9 +1,11 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { isStreamId } from '../log/stream-id';
+import { isMalformed, readEntry } from '../log/codec';
 import type { FollowOptions, LogEntry, LogPage, ReadLogOptions } from './admin.types';
 import { toLogEntry } from './log-entry';
 import { LogFollower } from './log-follower';
+import { entrySize, nextRead, pageBudget } from './page-budget';
 
 /** Entries read per round trip while filtering by event type. */
 const SCAN_PAGE = 500;
@@ -14,28 +16,38 @@ const SCAN_LIMIT = 10_000;
 export class LogReader {
   constructor(private readonly redis: EventrailRedis) {}
 
-  async read(partition: number, { from, after, count = 50, events }: ReadLogOptions = {}): Promise<LogPage> {
+  async read(partition: number, { from, after, count = 50, events, maxBytes }: ReadLogOptions = {}): Promise<LogPage> {
     this.checkPartition(partition);
     if (!Number.isInteger(count) || count < 1 || count > 1000) throw new InvalidOptionError('count', count, 'an integer from 1 to 1000');
     if (events !== undefined && (!Array.isArray(events) || events.some((e) => typeof e !== 'string' || e === '')))
       throw new InvalidOptionError('events', events, 'a list of event types');
+    const budget = pageBudget(maxBytes);
     const wanted = events && events.length > 0 ? new Set(events) : null;
     const stream = this.redis.keys.stream(partition);
     let start = startOf(from, after);
     const entries: LogEntry[] = [];
+    let bytes = 0;
+    let largest = 0;
     let scanned = 0;
     let scannedTo = after ?? null;
     for (;;) {
-      const page = wanted ? SCAN_PAGE : count;
+      const page = nextRead(wanted ? SCAN_PAGE : count - entries.length, budget - bytes, largest);
       const raw = await this.redis.client.xrange(stream, start, '+', 'COUNT', page);
       scanned += raw.length;
       for (const [offset, fields] of raw) {
+        const size = entrySize(offset, fields);
+        largest = Math.max(largest, size);
+        if (wanted && !wanted.has(eventOf(offset, fields) ?? '')) {
+          scannedTo = offset;
+          continue;
+        }
+        // Over the budget: this entry is left, undecoded, for the next page, which starts after the last one looked at.
+        if (entries.length > 0 && bytes + size > budget) return { partition, entries, next: scannedTo, scannedTo };
         scannedTo = offset;
-        const entry = toLogEntry(partition, offset, fields);
-        if (wanted && !(entry.event !== null && wanted.has(entry.event))) continue;
-        entries.push(entry);
+        entries.push(toLogEntry(partition, offset, fields));
+        bytes += size;
         // A full page ends here: the caller continues after this entry.
-        if (entries.length === count) return { partition, entries, next: offset, scannedTo };
+        if (entries.length === count || bytes >= budget) return { partition, entries, next: offset, scannedTo };
       }
       if (raw.length < page) return { partition, entries, next: null, scannedTo };
       if (scanned >= SCAN_LIMIT) return { partition, entries, next: scannedTo, scannedTo };
@@ -61,6 +73,12 @@ export class LogReader {
     if (!Number.isInteger(partition) || partition < 0 || partition >= partitions)
       throw new InvalidOptionError('partition', partition, `an integer from 0 to ${partitions - 1}`);
   }
+}
+
+/** The event type of an entry, as `toLogEntry` would show it (null for a malformed one), without parsing its payload. */
+function eventOf(offset: string, fields: string[]): string | null {
+  const entry = readEntry(offset, fields);
+  return isMalformed(entry) ? null : entry.event;
 }
 
 function startOf(from: string | Date | undefined, after: string | undefined): string {

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
+import { describeThrown } from '../util/describe-error';
 import { encodeDeadLetter } from '../log/dead-letter.codec';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
@@ -26,12 +27,12 @@ export class DeadLetterSink implements FailedMessageSink {
     const letterId = (await this.redis.client.xadd(this.redis.keys.deadLetters(failed.group), '*', ...fields)) as string;
     this.metrics.emit('onMessageDeadLettered', failed.group, isMalformed(entry) ? '(malformed)' : entry.event, entry.offset, letterId);
     const id = isMalformed(entry) ? entry.offset : `${entry.id} (${entry.event})`;
-    const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
+    const { message } = describeThrown(failed.error);
     // Ids, event names and error messages can come from producers: logged inert.
     this.logger.error(
       escapeControls(
         `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
-          `after ${failed.attempts} attempt(s), ${failed.reason}: ${error.message}`,
+          `after ${failed.attempts} attempt(s), ${failed.reason}: ${message}`,
       ),
     );
   }

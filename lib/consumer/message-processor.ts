@@ -8,6 +8,7 @@ import { DecodeError } from '../errors/decode.error';
 import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
+import { describeThrown, isInstanceOf } from '../util/describe-error';
 import { retryDelayMs } from './backoff';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
@@ -44,8 +45,9 @@ export class MessageProcessor {
 
   /** True when the group handles this entry; other entries are done without a call. */
   wants(entry: RawEntry | MalformedEntry): boolean {
-    if (isMalformed(entry)) return true;
-    return (entry.to === undefined || entry.to === this.group) && this.handlers.has(entry.event);
+    if (entry.to !== undefined && entry.to !== this.group) return false;
+    // A malformed entry has no event type to filter on: every group it is for dead-letters it.
+    return isMalformed(entry) || this.handlers.has(entry.event);
   }
 
   /**
@@ -112,7 +114,7 @@ export class MessageProcessor {
   ): Promise<Outcome> {
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
-    if (error instanceof NonRetryableError) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
+    if (isInstanceOf(error, NonRetryableError)) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
     if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
     const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
     this.logger.warn(
@@ -201,7 +203,8 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
-/** An error for a log line; the caller escapes the line (error messages may carry producers' data). */
+/** An error for a log line, built without throwing whatever was thrown; the caller escapes the line (error messages may carry producers' data). */
 function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  const { name, message } = describeThrown(error);
+  return `${name}: ${message}`;
 }

@@ -81,6 +81,11 @@ export interface MalformedEntry {
   offset: string;
   fields: string[];
   reason: string;
+  /**
+   * The `to` field when it could be read: a replayed malformed entry is still
+   * for its one group, or every other group would dead-letter it again.
+   */
+  to: string | undefined;
 }
 
 /** Reads the fields of one entry. Cheap: the payload is parsed later, and only for events the group handles. */
@@ -118,14 +123,14 @@ export function readEntry(offset: string, fields: string[]): RawEntry | Malforme
         break;
     }
   }
-  if (!event) return { offset, fields, reason: 'missing field "event"' };
-  if (data === undefined) return { offset, fields, reason: 'missing field "data"' };
+  if (!event) return { offset, fields, reason: 'missing field "event"', to };
+  if (data === undefined) return { offset, fields, reason: 'missing field "data"', to };
   let publishedAt: number;
   if (time === undefined) {
     publishedAt = Number(offset.slice(0, offset.indexOf('-')));
   } else {
     publishedAt = Number(time);
-    if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds' };
+    if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds', to };
   }
   return { offset, id: id || offset, event, key, time: publishedAt, data, headers, to };
 }

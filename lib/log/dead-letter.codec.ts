@@ -1,3 +1,4 @@
+import { describeThrown } from '../util/describe-error';
 import { FIELD, isMalformed, MalformedEntry, RawEntry, readEntry } from './codec';
 
 /** Longest error stack kept in a dead letter. */
@@ -55,7 +56,8 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
     if (entry.key !== null) fields.push(FIELD.key, entry.key);
     if (entry.headers !== undefined) fields.push(FIELD.headers, entry.headers);
   }
-  const error = failed.error instanceof Error ? failed.error : new Error(String(failed.error));
+  // Whatever was thrown, described without throwing in turn (a dead letter that cannot be built would stop the partition).
+  const error = describeThrown(failed.error);
   fields.push(
     'group',
     failed.group,
@@ -92,7 +94,10 @@ export function originalEntry(list: string[]): { entry: RawEntry | MalformedEntr
   const f = fieldMap(list);
   const partition = Number(f.partition);
   if (f.raw !== undefined) {
-    return { entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed' }, partition };
+    return {
+      entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed', to: undefined },
+      partition,
+    };
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
