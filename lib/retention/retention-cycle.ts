@@ -9,6 +9,7 @@ import type { ArchivedRange, PartitionRetentionResult, ProgressListener, Retenti
 import { nextStreamId } from '../log/stream-id';
 import { capAtArchiveMarks, capMinId, minIdForAge, requestedMinId } from './trim-point';
 import { describeError } from '../util/describe-error';
+import { redactUrlsIn } from '../util/redact-url';
 
 const UNARCHIVED_HINT =
   'this instance has no archive; configure retention.archive as the archiving instance does, or set ' +
@@ -97,7 +98,8 @@ export class RetentionCycle {
       try {
         result.archived = await this.archive(partition, minId, this.sink, lock);
       } catch (error) {
-        result.error = `archive to ${this.sink.id} failed: ${describeError(error)}`;
+        // The sink id names an S3 endpoint, which may carry user info; the SDK's message may quote it.
+        result.error = redactUrlsIn(`archive to ${this.sink.id} failed: ${describeError(error)}`);
         this.logger.error(`Retention: partition ${partition}: ${result.error}; nothing trimmed (entries below ${minId} are kept)`);
         return result;
       }
@@ -116,7 +118,7 @@ export class RetentionCycle {
       // -2: an archiving instance wrote a mark after holdAtArchiveMarks read them (or they moved back).
       result.error =
         trimmed === -1
-          ? `entries below ${trimTo} are not all archived to ${this.sink?.id}`
+          ? redactUrlsIn(`entries below ${trimTo} are not all archived to ${this.sink?.id}`)
           : `entries below ${trimTo} are not all archived, and this log is archived: ${UNARCHIVED_HINT}`;
       this.logger.error(`Retention: partition ${partition}: ${result.error}; nothing trimmed`);
       return result;
@@ -142,7 +144,7 @@ export class RetentionCycle {
       this.reportedUnarchived.delete(partition);
       return undefined;
     }
-    const sinks = Object.keys(marks).sort().join(', ');
+    const sinks = redactUrlsIn(Object.keys(marks).sort().join(', '));
     const reason = `entries from ${cap.minId} on are not archived (this log is archived to ${sinks}); kept: ${UNARCHIVED_HINT}`;
     if (!this.reportedUnarchived.has(partition)) {
       this.reportedUnarchived.add(partition);
@@ -221,8 +223,8 @@ export class RetentionCycle {
       this.options.approximate ? client.xtrim(key, 'MAXLEN', '~', maxLen) : client.xtrim(key, 'MAXLEN', '=', maxLen);
     const counts = await Promise.all(
       groups.map((group) =>
-        trim(keys.deadLetters(group)).catch((error: Error) => {
-          this.logger.warn(`Retention: dead letters of group "${group}" could not be trimmed (${error.message})`);
+        trim(keys.deadLetters(group)).catch((error: unknown) => {
+          this.logger.warn(`Retention: dead letters of group "${group}" could not be trimmed (${describeError(error)})`);
           return 0;
         }),
       ),
