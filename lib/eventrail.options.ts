@@ -243,6 +243,33 @@ export const MODULE_DEFAULTS = Object.freeze({
   allowDegradedStart: false,
 } as const);
 
+/**
+ * Every key `forRoot` accepts, checked so that a misspelt option fails startup instead of being ignored.
+ * Typed as a record of the interface's keys: an option added to `EventrailModuleOptions` and not here
+ * fails the build rather than every startup that sets it.
+ */
+const MODULE_OPTION_NAMES = Object.keys({
+  redis: true,
+  prefix: true,
+  partitions: true,
+  consumer: true,
+  durability: true,
+  replication: true,
+  groups: true,
+  autoStart: true,
+  maxPayloadBytes: true,
+  dedupWindowMs: true,
+  startupTimeoutMs: true,
+  allowDegradedStart: true,
+  isGlobal: true,
+  metrics: true,
+  retention: true,
+} satisfies Record<keyof EventrailModuleOptions, true>);
+const REPLICATION_OPTION_NAMES = Object.keys({ replicas: true, timeoutMs: true } satisfies Record<
+  keyof NonNullable<EventrailModuleOptions['replication']>,
+  true
+>);
+const CLUSTER_OPTION_NAMES = Object.keys({ nodes: true, options: true } satisfies Record<keyof ClusterConnection['cluster'], true>);
 const CONSUMER_OPTION_NAMES = Object.keys(DEFAULT_CONSUMER_OPTIONS) as ReadonlyArray<keyof ConsumerOptions>;
 const DURABILITIES: readonly Durability[] = ['acknowledged', 'replicated'];
 const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
@@ -252,6 +279,7 @@ const MAX_PARTITIONS = 1024;
 /** Applies defaults and environment fallbacks once, and validates everything, naming the option that is wrong. */
 export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: NodeJS.ProcessEnv = process.env): ResolvedEventrailOptions {
   checkObject('options', options, 'an object');
+  rejectUnknownKeys('', options, MODULE_OPTION_NAMES);
   const prefix = options.prefix ?? env.EVENTRAIL_PREFIX ?? MODULE_DEFAULTS.prefix;
   if (typeof prefix !== 'string' || !PREFIX_PATTERN.test(prefix)) {
     throw new InvalidOptionError('prefix', prefix, 'letters, digits, ".", "_", ":" or "-", 1 to 64 characters');
@@ -267,9 +295,12 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
   }
   const durability = checkOneOf('durability', options.durability ?? MODULE_DEFAULTS.durability, DURABILITIES);
+  const given = options.replication ?? {};
+  checkObject('replication', given, 'an object: { replicas?, timeoutMs? }');
+  rejectUnknownKeys('replication', given, REPLICATION_OPTION_NAMES);
   const replication = {
-    replicas: checkInteger('replication.replicas', options.replication?.replicas ?? MODULE_DEFAULTS.replication.replicas, 1, 100),
-    timeoutMs: checkInteger('replication.timeoutMs', options.replication?.timeoutMs ?? MODULE_DEFAULTS.replication.timeoutMs, 1, 600_000),
+    replicas: checkInteger('replication.replicas', given.replicas ?? MODULE_DEFAULTS.replication.replicas, 1, 100),
+    timeoutMs: checkInteger('replication.timeoutMs', given.timeoutMs ?? MODULE_DEFAULTS.replication.timeoutMs, 1, 600_000),
   };
   const maxPayloadBytes = checkInteger('maxPayloadBytes', options.maxPayloadBytes ?? MODULE_DEFAULTS.maxPayloadBytes, 1, 512 * 1024 * 1024);
   const dedupWindowMs = checkInteger('dedupWindowMs', options.dedupWindowMs ?? MODULE_DEFAULTS.dedupWindowMs, 0, 30 * 86_400_000);
@@ -303,6 +334,7 @@ function checkRedisConnection(redis: unknown): RedisConnection {
   checkObject('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
   // Clients have a cluster() command method: only a plain object with a `cluster` object is a cluster config.
   if (isClusterConnection(redis)) {
+    rejectUnknownKeys('redis.cluster', redis.cluster, CLUSTER_OPTION_NAMES);
     const nodes = redis.cluster?.nodes;
     if (!Array.isArray(nodes) || nodes.length === 0) {
       throw new InvalidOptionError('redis.cluster.nodes', nodes, 'a non-empty array of startup nodes ({ host, port } or "host:port")');

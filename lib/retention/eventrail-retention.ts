@@ -6,6 +6,7 @@ import { GroupFactsReader } from '../admin/group-facts.reader';
 import type { RetentionOperations } from '../admin/admin.types';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
+import { redactUrlsIn } from '../util/redact-url';
 import type { ArchiveSink } from './archive/archive-sink';
 import { createArchiveSink } from './archive/create-archive-sink';
 import { ArchiveRestorer } from './archive-restorer';
@@ -67,7 +68,7 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
     if (!retention || !this.scheduler) return;
     this.job = this.scheduler.schedule(this.jobName, retention.schedule, () => this.tick());
     const every = retention.schedule.kind === 'interval' ? `every ${retention.schedule.ms} ms` : `on "${retention.schedule.expression}"`;
-    this.logger.log(`Retention scheduled ${every} as "${this.jobName}"${this.sink ? `, archiving to ${this.sink.id}` : ''}`);
+    this.logger.log(`Retention scheduled ${every} as "${this.jobName}"${this.sink ? `, archiving to ${redactUrlsIn(this.sink.id)}` : ''}`);
   }
 
   async onModuleDestroy(): Promise<void> {

@@ -7,8 +7,25 @@ import type { RetentionLock } from './retention-lock';
 import { RETENTION_DEFAULTS, ResolvedRetentionOptions } from './retention.options';
 import type { ArchivedRange, PartitionRetentionResult, ProgressListener, RetentionRunResult } from '../eventrail.types';
 import { nextStreamId } from '../log/stream-id';
-import { capMinId, minIdForAge, requestedMinId } from './trim-point';
+import { capAtArchiveMarks, capMinId, minIdForAge, requestedMinId } from './trim-point';
 import { describeError } from '../util/describe-error';
+import { redactUrlsIn } from '../util/redact-url';
+
+const UNARCHIVED_HINT =
+  'this instance has no archive; configure retention.archive as the archiving instance does, or set ' +
+  'retention.allowUnarchivedTrim (RETENTION_ALLOW_UNARCHIVED_TRIM, --allow-unarchived-trim) to trim them unarchived';
+
+/**
+ * `trimLog-2` with its fourth argument (allow unarchived trims), which `EventrailCommands` in
+ * scripts/scripts.ts does not declare yet; the script treats a missing one as a refusal.
+ */
+function trimLog(
+  client: EventrailRedis['client'],
+  ...args: [stream: string, marks: string, minId: string, mode: '~' | '=', sinkId: string, allowUnarchived: '0' | '1']
+): Promise<number> {
+  const trim = client.eventrailTrimLog as unknown as (...a: typeof args) => Promise<number>;
+  return trim.apply(client, args);
+}
 
 /** Entries read per round trip while looking for the `maxLen` boundary (they carry their payloads). */
 const PAGE = 200;
@@ -23,6 +40,8 @@ export class RetentionCycle {
   private readonly logger = new Logger(RetentionCycle.name);
   /** Stale groups already warned about by this process, so the warning is not repeated every cycle. */
   private readonly reportedStale = new Set<string>();
+  /** Partitions already warned about for holding back unarchived entries, so the warning is not repeated every cycle. */
+  private readonly reportedUnarchived = new Set<number>();
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -67,34 +86,71 @@ export class RetentionCycle {
       this.logger.debug(`Retention: partition ${partition}: groups ${heldBackBy.join(', ')} hold the trim below ${requested}`);
     }
     if (minId === null || (await client.xrange(stream, '-', `(${minId}`, 'COUNT', 1)).length === 0) return result;
+    if (!this.sink && !this.options.allowUnarchivedTrim) {
+      const held = await this.holdAtArchiveMarks(partition, minId);
+      if (held) {
+        result.minId = held.minId;
+        result.error = held.reason;
+      }
+    }
 
     if (this.sink) {
       try {
         result.archived = await this.archive(partition, minId, this.sink, lock);
       } catch (error) {
-        result.error = `archive to ${this.sink.id} failed: ${describeError(error)}`;
+        // The sink id names an S3 endpoint, which may carry user info; the SDK's message may quote it.
+        result.error = redactUrlsIn(`archive to ${this.sink.id} failed: ${describeError(error)}`);
         this.logger.error(`Retention: partition ${partition}: ${result.error}; nothing trimmed (entries below ${minId} are kept)`);
         return result;
       }
     }
-    const trimmed = await client.eventrailTrimLog(
+    const trimTo = result.minId as string;
+    const trimmed = await trimLog(
+      client,
       stream,
       keys.archived(partition),
-      minId,
+      trimTo,
       this.options.approximate ? '~' : '=',
       this.sink?.id ?? '',
+      this.options.allowUnarchivedTrim ? '1' : '0',
     );
     if (trimmed < 0) {
-      result.error = `entries below ${minId} are not all archived to ${this.sink?.id}`;
+      // -2: an archiving instance wrote a mark after holdAtArchiveMarks read them (or they moved back).
+      result.error =
+        trimmed === -1
+          ? redactUrlsIn(`entries below ${trimTo} are not all archived to ${this.sink?.id}`)
+          : `entries below ${trimTo} are not all archived, and this log is archived: ${UNARCHIVED_HINT}`;
       this.logger.error(`Retention: partition ${partition}: ${result.error}; nothing trimmed`);
       return result;
     }
     result.trimmed = trimmed;
     if (trimmed > 0) {
       const held = heldBackBy.length > 0 ? ` (held back by ${heldBackBy.join(', ')})` : '';
-      this.logger.log(`Retention: partition ${partition}: trimmed ${trimmed} entries below ${minId}${held}`);
+      this.logger.log(`Retention: partition ${partition}: trimmed ${trimmed} entries below ${trimTo}${held}`);
     }
     return result;
+  }
+
+  /**
+   * Without an archive of its own, a cycle must not trim what the fleet's archive has not saved yet: on a
+   * partition with archive marks, the MINID is capped at the highest one (trimLog-2 refuses anything past
+   * it, this only finds out how far it may go and says why). Undefined when nothing is held back.
+   */
+  private async holdAtArchiveMarks(partition: number, minId: string): Promise<{ minId: string; reason: string } | undefined> {
+    const { client, keys } = this.redis;
+    const marks = await client.hgetall(keys.archived(partition));
+    const cap = capAtArchiveMarks(minId, Object.values(marks));
+    if (!cap.capped) {
+      this.reportedUnarchived.delete(partition);
+      return undefined;
+    }
+    const sinks = redactUrlsIn(Object.keys(marks).sort().join(', '));
+    const reason = `entries from ${cap.minId} on are not archived (this log is archived to ${sinks}); kept: ${UNARCHIVED_HINT}`;
+    if (!this.reportedUnarchived.has(partition)) {
+      this.reportedUnarchived.add(partition);
+      this.logger.warn(`Retention: partition ${partition}: ${reason}`);
+    }
+    return { minId: cap.minId, reason };
   }
 
   /** The MINID that keeps the newest `maxLen` entries, or null when the partition is not longer than that. */
@@ -167,8 +223,8 @@ export class RetentionCycle {
       this.options.approximate ? client.xtrim(key, 'MAXLEN', '~', maxLen) : client.xtrim(key, 'MAXLEN', '=', maxLen);
     const counts = await Promise.all(
       groups.map((group) =>
-        trim(keys.deadLetters(group)).catch((error: Error) => {
-          this.logger.warn(`Retention: dead letters of group "${group}" could not be trimmed (${error.message})`);
+        trim(keys.deadLetters(group)).catch((error: unknown) => {
+          this.logger.warn(`Retention: dead letters of group "${group}" could not be trimmed (${describeError(error)})`);
           return 0;
         }),
       ),

@@ -21,6 +21,7 @@ const STREAM_MODES = ['maxlen', 'minid', 'age', 'both', 'none'];
  * | `RETENTION_STREAM_APPROXIMATE` (new) | `approximate` |
  * | `RETENTION_DLQ_MAX_LEN` | `deadLetterMaxLen` |
  * | `RETENTION_STALE_GROUP_MS` (new) | `staleGroupMs` |
+ * | `RETENTION_ALLOW_UNARCHIVED_TRIM` (new) | `allowUnarchivedTrim` |
  * | `RETENTION_ARCHIVE_ENABLED` | archive on/off (default: on when `RETENTION_ARCHIVE_DRIVER` is set) |
  * | `RETENTION_ARCHIVE_DRIVER` | `archive.driver`: `fs` (default) or `s3` |
  * | `RETENTION_ARCHIVE_DIR` | `archive.dir` |
@@ -67,6 +68,8 @@ export function retentionOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): R
   if (deadLetterMaxLen !== undefined) options.deadLetterMaxLen = deadLetterMaxLen;
   const staleGroupMs = integer(read, 'RETENTION_STALE_GROUP_MS');
   if (staleGroupMs !== undefined) options.staleGroupMs = staleGroupMs;
+  const allowUnarchivedTrim = bool(read, 'RETENTION_ALLOW_UNARCHIVED_TRIM');
+  if (allowUnarchivedTrim !== undefined) options.allowUnarchivedTrim = allowUnarchivedTrim;
 
   const archive = archiveFromEnv(read);
   if (archive) options.archive = archive;

@@ -80,6 +80,14 @@ export interface RetentionOptions {
   staleGroupMs?: number;
   /** Archive every entry before it is trimmed; a failed archive means no trim for that partition. @default no archive */
   archive?: ArchiveOptions;
+  /**
+   * Without `archive`, trim entries that were never archived even though this log has been archived
+   * (an archive mark exists for the partition): an instance or a CLI run that lacks the fleet's archive
+   * settings would otherwise delete what the archiving instance has not saved yet. Without this, such a
+   * caller trims only entries some archive already has, and reports the rest as held back.
+   * @default false
+   */
+  allowUnarchivedTrim?: boolean;
 }
 
 export type RetentionSchedule = { kind: 'interval'; ms: number } | { kind: 'cron'; expression: string };
@@ -106,6 +114,8 @@ export interface ResolvedRetentionOptions {
   deadLetterMaxLen: number | undefined;
   staleGroupMs: number;
   archive: ResolvedArchiveOptions | undefined;
+  /** Present (true) only when set: the resolved options of a retention that does not set it stay as they were. */
+  allowUnarchivedTrim?: true;
 }
 
 export const RETENTION_DEFAULTS = Object.freeze({
@@ -115,6 +125,7 @@ export const RETENTION_DEFAULTS = Object.freeze({
   maxEntriesPerObject: 10_000,
   s3Region: 'us-east-1',
   forcePathStyle: true,
+  allowUnarchivedTrim: false,
 });
 
 const MIN_INTERVAL_MS = 100;
@@ -123,9 +134,30 @@ const DURATION = /^(\d+)\s*(ms|s|m|h|d)$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const CRON_FIELD = /^[0-9A-Za-z*/,?#LW-]+$/;
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
-const KNOWN = ['enabled', 'every', 'maxLen', 'maxAgeMs', 'approximate', 'deadLetterMaxLen', 'staleGroupMs', 'archive'];
-const KNOWN_FS = ['driver', 'dir', 'maxEntriesPerObject'];
-const KNOWN_S3 = ['driver', 'bucket', 'prefix', 'region', 'endpoint', 'credentials', 'forcePathStyle', 'maxEntriesPerObject'];
+// Records of each interface's keys, so an option added to an interface and not here fails the build.
+const KNOWN = Object.keys({
+  enabled: true,
+  every: true,
+  maxLen: true,
+  maxAgeMs: true,
+  approximate: true,
+  deadLetterMaxLen: true,
+  staleGroupMs: true,
+  archive: true,
+  allowUnarchivedTrim: true,
+} satisfies Record<keyof RetentionOptions, true>);
+const KNOWN_FS = Object.keys({ driver: true, dir: true, maxEntriesPerObject: true } satisfies Record<keyof FsArchiveOptions, true>);
+const KNOWN_S3 = Object.keys({
+  driver: true,
+  bucket: true,
+  prefix: true,
+  region: true,
+  endpoint: true,
+  credentials: true,
+  forcePathStyle: true,
+  maxEntriesPerObject: true,
+} satisfies Record<keyof S3ArchiveOptions, true>);
+const KNOWN_DRIVER_OPTIONS = [...new Set([...KNOWN_FS, ...KNOWN_S3])];
 
 /** Applies the defaults of `retention` once and validates it, naming the option that is wrong. */
 export function resolveRetentionOptions(
@@ -143,6 +175,10 @@ export function resolveRetentionOptions(
     throw new InvalidOptionError('retention', options, 'at least one of maxLen, maxAgeMs or deadLetterMaxLen when enabled');
   }
   const approximate = checkBoolean('retention.approximate', options.approximate ?? RETENTION_DEFAULTS.approximate);
+  const allowUnarchivedTrim = checkBoolean(
+    'retention.allowUnarchivedTrim',
+    options.allowUnarchivedTrim ?? RETENTION_DEFAULTS.allowUnarchivedTrim,
+  );
   const staleGroupMs = optionalInteger('retention.staleGroupMs', options.staleGroupMs, 0, MAX_MS) ?? RETENTION_DEFAULTS.staleGroupMs;
   return {
     enabled,
@@ -153,6 +189,7 @@ export function resolveRetentionOptions(
     deadLetterMaxLen,
     staleGroupMs,
     archive: options.archive === undefined ? undefined : resolveArchive(options.archive, env),
+    ...(allowUnarchivedTrim ? { allowUnarchivedTrim } : {}),
   };
 }
 
@@ -231,5 +268,7 @@ function resolveArchive(archive: ArchiveOptions, env: NodeJS.ProcessEnv): Resolv
       maxEntriesPerObject,
     };
   }
+  // A driver that is neither: a misspelt key next to it is still named as such.
+  rejectUnknownKeys('retention.archive', archive, KNOWN_DRIVER_OPTIONS);
   throw new InvalidOptionError('retention.archive.driver', (archive as { driver: unknown }).driver, "'fs' or 's3'");
 }

@@ -44,3 +44,16 @@ export function capMinId(
   }
   return { minId: minId === STREAM_START ? null : minId, heldBackBy: heldBackBy.sort() };
 }
+
+/**
+ * Caps `minId` for a caller without an archive, on a partition that has been archived (`marks`: the
+ * archive mark of every sink): every entry up to the highest mark is in that sink's archive (a sink
+ * archives from the oldest entry left up to its mark), the entries after it are in none. Returns the
+ * MINID that removes only archived entries, and whether it is lower than asked.
+ */
+export function capAtArchiveMarks(minId: string, marks: readonly string[]): { minId: string; capped: boolean } {
+  if (marks.length === 0) return { minId, capped: false };
+  const highest = marks.reduce((a, b) => (compareStreamIds(a, b) >= 0 ? a : b));
+  const allowed = nextStreamId(highest);
+  return compareStreamIds(allowed, minId) < 0 ? { minId: allowed, capped: true } : { minId, capped: false };
+}

@@ -42,13 +42,53 @@ export function checkObject(path: string, value: unknown, expected: string): ass
   if (value === null || typeof value !== 'object') throw new InvalidOptionError(path, value, expected);
 }
 
-/** A misspelt option fails rather than being ignored; keys in `ignored` are allowed without being offered. */
+/**
+ * A misspelt option fails rather than being ignored, naming the nearest known option when one is close
+ * (`partitons`: did you mean partitions?). The value given is not shown: under a misspelt key it may be a
+ * secret that no secret-named key hides. Keys in `ignored` are allowed without being offered; `path` ''
+ * is the top level.
+ */
 export function rejectUnknownKeys(path: string, options: object, known: readonly string[], ignored: readonly string[] = []): void {
   for (const [key, value] of Object.entries(options)) {
     if (!known.includes(key) && !ignored.includes(key)) {
-      throw new InvalidOptionError(`${path}.${key}`, value, `one of the options ${known.join(', ')}`);
+      const suggestion = nearestKey(key, known);
+      const shown = suggestion === undefined ? 'an unknown option' : `an unknown option (did you mean ${suggestion}?)`;
+      throw new InvalidOptionError(path === '' ? key : `${path}.${key}`, value, `one of the options ${known.join(', ')}`, shown);
     }
   }
+}
+
+/**
+ * The known key nearest to `key` by edit distance (case-insensitive; a dropped, added, changed or swapped
+ * letter costs 1), when it is near enough to be a slip: at most a third of its length, and at least 1. On a
+ * tie, the first in `known`.
+ */
+export function nearestKey(key: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of known) {
+    const distance = editDistance(key.toLowerCase(), candidate.toLowerCase());
+    if (distance < bestDistance && distance <= Math.max(1, Math.floor(candidate.length / 3))) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return best;
+}
+
+/** Levenshtein distance with adjacent swaps (optimal string alignment). */
+function editDistance(a: string, b: string): number {
+  // rows[i][j]: distance between the first i letters of a and the first j of b.
+  const rows: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) rows[0][j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      rows[i][j] = Math.min(rows[i - 1][j] + 1, rows[i][j - 1] + 1, rows[i - 1][j - 1] + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) rows[i][j] = Math.min(rows[i][j], rows[i - 2][j - 2] + 1);
+    }
+  }
+  return rows[a.length][b.length];
 }
 
 function listChoices(allowed: readonly unknown[]): string {

@@ -5,9 +5,15 @@ import type { RetentionRunResult } from '../../eventrail.types';
 import { parseNonNegative } from '../argument.parser';
 import type { CliRunner } from '../cli.runner';
 import { ExitCode } from '../exit-code';
-import { examples } from '../help.text';
+import { assertConfirmable, confirm } from '../confirm.prompt';
+import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
+import { CONFIRMATION_NOTE, examples } from '../help.text';
 import { formatTable } from '../table.formatter';
-import { formatList, NONE } from '../value.format';
+import { formatDuration, formatList, NONE } from '../value.format';
+
+const UNARCHIVED_NOTE =
+  'Without RETENTION_ARCHIVE_*, on a log that an instance archives, only entries the archive already has are\n' +
+  'trimmed (the others are reported per partition, exit code 1) unless --allow-unarchived-trim.\n';
 
 const ENV_NOTE =
   '\nRetention options come from the RETENTION_* variables of retentionOptionsFromEnv() (RETENTION_STREAM_MAX_LEN,\n' +
@@ -25,19 +31,33 @@ export function registerRetentionCommands(program: Command, runner: CliRunner): 
     .description('run one retention cycle now: archive (when configured), then trim what no live group still needs')
     .option('--max-len <n>', 'keep at most this many entries per partition (overrides RETENTION_STREAM_MAX_LEN)', parseNonNegative)
     .option('--max-age-ms <ms>', 'remove entries older than this (overrides RETENTION_STREAM_KEEP_MS)', parseNonNegative)
+    .option(
+      '--allow-unarchived-trim',
+      'without RETENTION_ARCHIVE_*, also trim entries the archive does not have on a log that is archived (RETENTION_ALLOW_UNARCHIVED_TRIM)',
+    )
+    .option('-y, --yes', 'do not ask for confirmation')
     .addHelpText(
       'after',
-      examples(['RETENTION_STREAM_KEEP_MS=604800000 eventrail retention run', 'eventrail retention run --max-len 100000 --json']) +
-        ENV_NOTE,
+      CONFIRMATION_NOTE +
+        examples(['RETENTION_STREAM_KEEP_MS=604800000 eventrail retention run', 'eventrail retention run --max-len 100000 --yes --json']) +
+        ENV_NOTE +
+        UNARCHIVED_NOTE,
     )
     .action(
-      runner.action<{ maxLen?: number; maxAgeMs?: number }>(async (ctx, _args, { maxLen, maxAgeMs }) => {
+      runner.action<{ maxLen?: number; maxAgeMs?: number; allowUnarchivedTrim?: boolean; yes?: boolean }>(async (ctx, _args, flags) => {
         const options: RetentionOptions = { ...retentionOptionsFromEnv(), enabled: false };
-        if (maxLen !== undefined) options.maxLen = maxLen;
-        if (maxAgeMs !== undefined) options.maxAgeMs = maxAgeMs;
-        if (options.maxLen === undefined && options.maxAgeMs === undefined && options.deadLetterMaxLen === undefined)
+        if (flags.maxLen !== undefined) options.maxLen = flags.maxLen;
+        if (flags.maxAgeMs !== undefined) options.maxAgeMs = flags.maxAgeMs;
+        if (flags.allowUnarchivedTrim) options.allowUnarchivedTrim = true;
+        const limits = describeLimits(options);
+        const yes = flags.yes === true;
+        // With no limit nothing can go: nothing to confirm.
+        if (limits === undefined)
           ctx.output.notice('No retention limit is set (--max-len, --max-age-ms or RETENTION_*): nothing will be trimmed.');
+        else assertConfirmable(yes, 'run a retention cycle');
         const { admin } = await ctx.open({ retention: options });
+        if (limits !== undefined && !(await confirm(yes, `Trim the log for good (${limits})?`)))
+          throw new ConfirmationDeclinedError('run a retention cycle');
         const progress = ctx.progress('Retention', 'partitions');
         let result: RetentionRunResult;
         try {
@@ -71,6 +91,18 @@ export function registerRetentionCommands(program: Command, runner: CliRunner): 
         );
       }),
     );
+}
+
+/** The limits of this run in words, for the question; undefined when there is none. */
+function describeLimits(options: RetentionOptions): string | undefined {
+  const limits = [
+    options.maxLen === undefined ? undefined : `keep at most ${options.maxLen} entries per partition`,
+    options.maxAgeMs === undefined ? undefined : `remove entries older than ${formatDuration(options.maxAgeMs)}`,
+    options.deadLetterMaxLen === undefined ? undefined : `keep at most ${options.deadLetterMaxLen} dead letters per group`,
+  ].filter((limit) => limit !== undefined);
+  if (limits.length === 0) return undefined;
+  const archive = options.archive ? `archived to ${options.archive.driver} first` : 'no archive';
+  return `${limits.join(', ')}; ${archive}; entries a live group has not committed are kept`;
 }
 
 function renderRun(result: RetentionRunResult): string {
