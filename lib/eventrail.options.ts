@@ -241,6 +241,7 @@ export const MODULE_DEFAULTS = Object.freeze({
   dedupWindowMs: 0,
   startupTimeoutMs: 10_000,
   allowDegradedStart: false,
+  requireNoEviction: false,
 } as const);
 
 /**
@@ -261,6 +262,7 @@ const MODULE_OPTION_NAMES = Object.keys({
   dedupWindowMs: true,
   startupTimeoutMs: true,
   allowDegradedStart: true,
+  requireNoEviction: true,
   isGlobal: true,
   metrics: true,
   retention: true,
@@ -319,7 +321,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     dedupWindowMs,
     startupTimeoutMs,
     allowDegradedStart: checkBoolean('allowDegradedStart', options.allowDegradedStart ?? MODULE_DEFAULTS.allowDegradedStart),
-    requireNoEviction: checkBoolean('requireNoEviction', options.requireNoEviction ?? false),
+    requireNoEviction: checkBoolean('requireNoEviction', options.requireNoEviction ?? MODULE_DEFAULTS.requireNoEviction),
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
   };

@@ -34,7 +34,11 @@ export interface PartitionRetentionResult {
   archived: ArchivedRange[];
   /** Entries removed by `XTRIM`. */
   trimmed: number;
-  /** Why nothing was trimmed despite a MINID (a failed archive): the partition was left as it was. */
+  /**
+   * Why less was trimmed than the MINID asked: a failed archive (the partition was left as it was), or
+   * entries not archived on an archived log, with no archive here (`minId` is then capped at the highest
+   * archive mark).
+   */
   error?: string;
 }
 

@@ -34,7 +34,7 @@ describe('eventrail CLI: archive and restore', () => {
     await waitFor(async () => handled.length === 5 && (await admin.group('ledger')).lag === 0, 'ledger caught up');
     const env = cliEnv(suite.prefix, { RETENTION_STREAM_MAX_LEN: '0', RETENTION_ARCHIVE_DRIVER: 'fs', RETENTION_ARCHIVE_DIR: dir });
 
-    const run = await runCli(['retention', 'run', '--json'], env);
+    const run = await runCli(['retention', 'run', '--yes', '--json'], env);
     expect(outcome(run)).toEqual({ code: 0, stderr: '' });
     const [partition] = parseJson<RetentionRunResult>(run).partitions;
     expect(partition).toMatchObject({ partition: 0, trimmed: 5, archived: [expect.objectContaining({ count: 5 })] });

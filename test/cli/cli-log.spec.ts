@@ -133,7 +133,7 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
     await app.get(EventrailPublisher).publishMany(Array.from({ length: 10 }, (_, n) => ({ event: 'metric.sampled', data: { n } })));
     const admin = app.get(EventrailAdmin);
 
-    const fromEnv = await runCli(['retention', 'run', '--json'], cliEnv(suite.prefix, { RETENTION_STREAM_MAX_LEN: '4' }));
+    const fromEnv = await runCli(['retention', 'run', '--yes', '--json'], cliEnv(suite.prefix, { RETENTION_STREAM_MAX_LEN: '4' }));
     expect(outcome(fromEnv)).toEqual({ code: 0, stderr: '' });
     const result = parseJson<RetentionRunResult>(fromEnv);
     expect(result).toMatchObject({ ran: true, staleGroups: [], deadLetters: [] });
@@ -144,7 +144,7 @@ describe('eventrail CLI: publish, tail, retention, prune-stale', () => {
     expect((await admin.stats()).partitions.map((p) => p.length)).toEqual([4, 0]);
 
     const [fromFlag, unlimited] = await Promise.all([
-      runCli(['retention', 'run', '--max-len', '1'], cliEnv(suite.prefix)),
+      runCli(['retention', 'run', '--max-len', '1', '--yes'], cliEnv(suite.prefix)),
       runCli(['retention', 'run', '--json'], cliEnv(`${suite.prefix}-none`)),
     ]);
     expect(outcome(fromFlag)).toEqual({ code: 0, stderr: '' });
