@@ -11,15 +11,23 @@
   ARGV[3] member info JSON
 
   Returns the live worker ids, sorted.
+
+  Expired members' details are removed in chunks: Lua's unpack hands at most
+  about 8000 values to one call, and a fleet that lost thousands of workers at
+  once expires them all in the same heartbeat.
 ]]
 local rcall = redis.call
+-- Values per HDEL: well under unpack's limit.
+local CHUNK = 1000
 local time = rcall("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local expired = rcall("ZRANGEBYSCORE", KEYS[1], "-inf", now)
 if #expired > 0 then
+  for i = 1, #expired, CHUNK do
+    rcall("HDEL", KEYS[2], unpack(expired, i, math.min(i + CHUNK - 1, #expired)))
+  end
   rcall("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-  rcall("HDEL", KEYS[2], unpack(expired))
 end
 rcall("ZADD", KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 rcall("HSET", KEYS[2], ARGV[1], ARGV[3])
