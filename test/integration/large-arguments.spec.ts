@@ -111,8 +111,16 @@ describe('scripts with many arguments', () => {
       await redis.zadd(members, ...slice.flatMap((id) => [1, id]));
       await redis.hset(info, Object.fromEntries(slice.map((id) => [id, '{}'])));
     }
-    const live = await client.eventrailHeartbeat(members, info, keys.seen('g'), 'alive', 60_000, '{"host":"h"}');
-    expect(live).toEqual(['alive']);
+    const [generation, live] = await client.eventrailHeartbeat(
+      members,
+      info,
+      keys.seen('g'),
+      keys.generation('g'),
+      'alive',
+      60_000,
+      '{"host":"h"}',
+    );
+    expect([generation, live]).toEqual(['0', ['alive']]);
     expect(await redis.zcard(members)).toBe(1);
     expect(await redis.hkeys(info)).toEqual(['alive']);
   });

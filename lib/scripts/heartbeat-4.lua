@@ -1,16 +1,21 @@
 --[[
   Records that a worker is alive, forgets members whose heartbeat expired, and
-  returns the live members. Uses the server clock so hosts need no clock sync.
+  returns the live members and the group's generation. Uses the server clock
+  so hosts need no clock sync.
 
   KEYS[1] members sorted set (worker id scored by expiry ms)
   KEYS[2] member info hash (worker id -> JSON)
   KEYS[3] last-seen key of the group (ms of the latest heartbeat of any member)
+  KEYS[4] generation counter of the group (bumped by dropGroup-6.lua)
 
   ARGV[1] worker id
   ARGV[2] heartbeat TTL (ms)
   ARGV[3] member info JSON
 
-  Returns the live worker ids, sorted.
+  Returns { generation, { live worker ids, sorted } }. The generation tells a
+  worker whose group was deleted meanwhile to register it again, and stamps
+  the partitions it acquires (acquireLease-5.lua), so a delete of the dropped
+  incarnation's partition keys never touches the ones it creates.
 
   Expired members' details are removed in chunks: Lua's unpack hands at most
   about 8000 values to one call, and a fleet that lost thousands of workers at
@@ -32,4 +37,4 @@ end
 rcall("ZADD", KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 rcall("HSET", KEYS[2], ARGV[1], ARGV[3])
 rcall("SET", KEYS[3], now)
-return rcall("ZRANGE", KEYS[1], 0, -1)
+return { rcall("GET", KEYS[4]) or "0", rcall("ZRANGE", KEYS[1], 0, -1) }
