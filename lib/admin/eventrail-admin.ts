@@ -134,24 +134,32 @@ export class EventrailAdmin {
    * (default: `retention.staleGroupMs`, else 24 h; judged on the Redis clock,
    * as retention judges it), with their offsets, leases and marks (dead
    * letters too), and returns their names. A group with a live member is
-   * never removed.
+   * never removed: the rule is checked again in the same atomic step as the
+   * delete (see `dropGroup`).
    */
   async pruneStaleGroups({ staleMs = this.options.retention?.staleGroupMs ?? DEFAULT_STALE_GROUP_MS }: { staleMs?: number } = {}): Promise<
     string[]
   > {
     if (!Number.isInteger(staleMs) || staleMs < 0) throw new InvalidOptionError('staleMs', staleMs, 'an integer number of milliseconds');
     const { now, groups } = await this.facts.readAll();
-    const stale = groups.filter((facts) => isStale(facts, staleMs, now)).map((facts) => facts.name);
-    for (const group of stale) await this.removeGroup(group);
-    return stale;
+    const pruned: string[] = [];
+    for (const facts of groups) {
+      if (isStale(facts, staleMs, now) && (await this.dropGroup(facts.name, 'stale', staleMs)).dropped) pruned.push(facts.name);
+    }
+    return pruned;
   }
 
-  /** Deletes a group and everything it keeps in Redis. Refuses while it has live members unless `force`. */
+  /**
+   * Deletes a group and everything it keeps in Redis. Refuses while it has
+   * live members (checked in the same atomic step as the delete) unless
+   * `force`, which fences them: their leases go, and they are told at once.
+   */
   async deleteGroup(group: string, { force = false }: { force?: boolean } = {}): Promise<void> {
     await this.facts.assertExists(group);
-    const live = await this.liveMembers(group);
-    if (live.length > 0 && !force) throw new GroupHasLiveMembersError(group, live, 'delete');
-    await this.removeGroup(group);
+    const { dropped, live } = await this.dropGroup(group, force ? 'force' : 'idle', 0);
+    if (!dropped) throw new GroupHasLiveMembersError(group, live, 'delete');
+    // Fenced workers find their leases gone now rather than at their next renewal.
+    if (force) await this.rebalance.announce(group);
   }
 
   /** Round trip of a PING in milliseconds; rejects when Redis does not answer. */
@@ -280,10 +288,37 @@ export class EventrailAdmin {
     throw new InvalidOptionError('to', to, "'start', 'end', { id: '<ms>-<seq>' } or { time: Date }");
   }
 
-  private async removeGroup(group: string): Promise<void> {
+  /**
+   * Deletes a group in two steps that a worker joining at any moment cannot
+   * break. First, atomically in the group's hash tag (dropGroup-6.lua): check
+   * there is no live member (and, `stale`, the last-seen time) on the Redis
+   * clock, delete the group's own keys and bump its generation. A joining
+   * worker's heartbeat runs before that (the check refuses) or after it (it
+   * re-creates members and last-seen at the new generation). Then, per
+   * partition (other hash tags, so separate scripts in one round trip), drop
+   * the partition keys unless a worker of the new generation took them
+   * (dropGroupPartition-4.lua); a partition left behind is cleared by the
+   * next acquire instead (acquireLease-5.lua). Last the registry, which a
+   * joined worker's heartbeat also writes: after removing the entry, a live
+   * member found now puts it back (on a single Redis that settles it; on a
+   * cluster, where the worker's commands may land in another order, its next
+   * heartbeat does).
+   */
+  private async dropGroup(group: string, mode: 'stale' | 'idle' | 'force', staleMs: number): Promise<{ dropped: boolean; live: string[] }> {
     const { keys, client } = this.redis;
-    // One key per command: the keys live in different cluster slots.
-    await Promise.all([...keys.groupKeys(group).map((key) => client.del(key)), client.srem(keys.groups, group)]);
+    const [members, info, events, seen, dlq] = keys.groupOwnKeys(group);
+    const [verdict, ...rest] = await client.eventrailDropGroup(members, info, events, seen, dlq, keys.generation(group), mode, staleMs);
+    if (verdict !== 'dropped') return { dropped: false, live: verdict === 'live' ? rest : [] };
+    const [generation] = rest;
+    await Promise.all([
+      ...Array.from({ length: keys.partitions }, (_, p) => {
+        const [offset, lease, recovery, done] = keys.groupPartitionKeys(group, p);
+        return client.eventrailDropGroupPartition(offset, lease, recovery, done, generation);
+      }),
+      client.srem(keys.groups, group),
+    ]);
+    if ((await this.liveMembers(group)).length > 0) await client.sadd(keys.groups, group);
+    return { dropped: true, live: [] };
   }
 
   private async liveMembers(group: string): Promise<string[]> {

@@ -23,7 +23,9 @@ export interface GroupFactsSnapshot {
 /**
  * The one rule for a stale group: no live member, and the latest heartbeat
  * older than `staleMs`, both on the Redis clock. A stale group no longer holds
- * the log back and may be pruned.
+ * the log back and may be pruned. A prune checks it once more inside Redis
+ * (dropGroup-6.lua, the same rule in Lua), in the same atomic step as the
+ * delete, so a worker that joined after these facts were read is never wiped.
  */
 export function isStale(facts: GroupFacts, staleMs: number, now: number): boolean {
   return facts.members.length === 0 && now - (facts.lastSeen ?? 0) > staleMs;

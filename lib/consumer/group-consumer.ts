@@ -167,6 +167,7 @@ export class GroupConsumer {
         this.worker.id,
         this.options.lockTtlMs,
         this.options.initialOffset,
+        this.membership.generation,
       );
       for (const taken of acquired) if (taken && this.startWorker(taken)) missing--;
     }

@@ -51,6 +51,9 @@ export class PartitionLease {
    * Tries the leases of `partitions` in one round trip (one script call per
    * partition, sent together: on a cluster they live in different slots).
    * Null where another worker holds the lease or Redis did not answer.
+   * `generation` is the group's as the worker's last heartbeat saw it: the
+   * partition is stamped with it, and what a deleted generation left there is
+   * cleared (see dropGroupPartition-4.lua).
    */
   static async acquire(
     redis: EventrailRedis,
@@ -59,6 +62,7 @@ export class PartitionLease {
     workerId: string,
     ttlMs: number,
     initialOffset: InitialOffset,
+    generation = '0',
   ): Promise<Array<AcquiredLease | null>> {
     const { keys, client } = redis;
     const [mode, initialId] = initialOffsetArgs(initialOffset);
@@ -75,12 +79,27 @@ export class PartitionLease {
             ttlMs,
             mode,
             initialId,
+            generation,
           )
           .catch(() => null),
       ),
     );
+    // A partition that a deleted generation of the group left behind: its
+    // done-marks go before the worker reads (an extra command only then). If
+    // that fails (Redis is away) the partition is not started now; its lease
+    // expires, or this worker takes it again.
+    const cleared = await Promise.all(
+      replies.map((reply, i) =>
+        reply?.[2] === 2
+          ? client.del(keys.done(group, partitions[i])).then(
+              () => true,
+              () => false,
+            )
+          : Promise.resolve(true),
+      ),
+    );
     return replies.map((reply, i) => {
-      if (!reply) return null;
+      if (!reply || !cleared[i]) return null;
       const [token, committed, recovering] = reply;
       return { lease: new PartitionLease(redis, group, partitions[i], token, ttlMs), committed, recovering: recovering === 1 };
     });

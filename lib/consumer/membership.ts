@@ -20,13 +20,25 @@ export interface MemberInfo {
 
 /**
  * Membership of one worker in one group. Members heartbeat into a sorted set
- * scored by expiry on the Redis clock (heartbeat-3.lua), so hosts need no
+ * scored by expiry on the Redis clock (heartbeat-4.lua), so hosts need no
  * clock sync: a member counts while its score is in the future. The group's
  * last-seen time is written on the same clock, so staleness compares like
  * with like.
+ *
+ * Every heartbeat also puts the group back in the registry (`keys.groups`),
+ * so a running group is listed for admin, retention and health even after
+ * the registry lost it (a delete or prune that raced a join, a hand-made
+ * SREM). The registry lives in another cluster slot than the group's keys,
+ * so that is a separate command, sent with the heartbeat in the same round
+ * trip. The heartbeat returns the group's generation, which a delete bumps:
+ * when it changed, the group was deleted while this worker counted as gone,
+ * and the events it handles are registered again.
  */
 export class GroupMembership {
   private readonly info: string;
+  private events: string[] = [];
+  /** The group's generation as the last heartbeat saw it; stamped on the partitions this worker acquires. */
+  generation?: string;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -46,16 +58,43 @@ export class GroupMembership {
    */
   async join(events: Iterable<string>): Promise<string[]> {
     const { keys, client } = this.redis;
-    const members = await this.heartbeat();
-    await Promise.all([client.sadd(keys.groups, this.group), client.sadd(keys.events(this.group), ...events)]);
+    this.events = [...events];
+    const members = await this.beat();
+    await Promise.all([client.sadd(keys.groups, this.group), this.registerEvents()]);
     return members;
   }
 
-  /** Records that this worker is alive, forgets expired members, and returns the live ones, sorted. */
-  heartbeat(): Promise<string[]> {
+  /**
+   * Records that this worker is alive and that the group exists, forgets
+   * expired members, and returns the live ones, sorted.
+   */
+  async heartbeat(): Promise<string[]> {
+    const { keys, client } = this.redis;
+    const [members] = await Promise.all([this.beat(), client.sadd(keys.groups, this.group)]);
+    return members;
+  }
+
+  private async beat(): Promise<string[]> {
     const { keys, client } = this.redis;
     const { group } = this;
-    return client.eventrailHeartbeat(keys.members(group), keys.memberInfo(group), keys.seen(group), this.worker.id, this.ttlMs, this.info);
+    const [generation, members] = await client.eventrailHeartbeat(
+      keys.members(group),
+      keys.memberInfo(group),
+      keys.seen(group),
+      keys.generation(group),
+      this.worker.id,
+      this.ttlMs,
+      this.info,
+    );
+    const deleted = this.generation !== undefined && generation !== this.generation;
+    this.generation = generation;
+    // Only after a delete, which took the events set with it: no extra command otherwise.
+    if (deleted) await this.registerEvents();
+    return members;
+  }
+
+  private async registerEvents(): Promise<void> {
+    if (this.events.length > 0) await this.redis.client.sadd(this.redis.keys.events(this.group), ...this.events);
   }
 
   /** Leaves the group at once (rather than when the heartbeat expires), recording when it was last seen. */

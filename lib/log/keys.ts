@@ -1,9 +1,16 @@
-/** Keys a group keeps in each partition's hash tag; `groupKeys` lists them all, so a delete cannot leave one behind. */
-const PARTITION_GROUP_KEYS = ['offset', 'lease', 'epoch', 'recovery', 'done'] as const;
-/** Keys a group keeps for itself, beside the partitions. */
+/**
+ * Keys a group keeps in each partition's hash tag that deleting it removes, in the order of
+ * dropGroupPartition-4.lua's KEYS; `groupPartitionKeys` lists them, so a delete cannot leave one
+ * behind. The lease epoch counter is not one: it outlives a delete, so no lease token is issued twice.
+ */
+const PARTITION_GROUP_KEYS = ['offset', 'lease', 'recovery', 'done'] as const;
+/**
+ * Keys a group keeps for itself in its own hash tag `{G}`, in the order of dropGroup-6.lua's
+ * KEYS; `groupOwnKeys` lists them. The group's generation counter is not one: it outlives a delete.
+ */
 const GROUP_KEYS = ['members', 'info', 'events', 'seen', 'dlq'] as const;
 
-type PartitionGroupKey = (typeof PARTITION_GROUP_KEYS)[number];
+type PartitionGroupKey = (typeof PARTITION_GROUP_KEYS)[number] | 'epoch';
 type GroupKey = (typeof GROUP_KEYS)[number];
 
 /**
@@ -54,7 +61,8 @@ export class EventrailKeys {
   /**
    * Recovery state of a (group, partition): the epoch last released cleanly,
    * and how often the entry after the committed offset was delivered by a
-   * worker that then died (the crash-loop count).
+   * worker that then died (the crash-loop count), and the group generation
+   * that took the partition (see `generation`).
    */
   recovery(group: string, partition: number): string {
     return this.partitionGroupKey('recovery', group, partition);
@@ -90,6 +98,15 @@ export class EventrailKeys {
     return this.groupKey('seen', group);
   }
 
+  /**
+   * How often the group was deleted (pruned): a counter in the group's hash tag that outlives
+   * the delete, as a tombstone. Heartbeats return it and acquires stamp it in each partition, so
+   * the partition half of a delete spares what a worker that joined after it already took.
+   */
+  generation(group: string): string {
+    return this.groupKey('generation', group);
+  }
+
   /** Dead-letter stream of a group. */
   deadLetters(group: string): string {
     return this.groupKey('dlq', group);
@@ -105,14 +122,17 @@ export class EventrailKeys {
     return `${this.tag(partition)}:archived`;
   }
 
-  /** Every key `group` keeps, in every partition: what deleting the group removes (the log itself stays). */
-  groupKeys(group: string): string[] {
-    const keys: string[] = GROUP_KEYS.map((kind) => this.groupKey(kind, group));
-    for (let p = 0; p < this.partitions; p++) for (const kind of PARTITION_GROUP_KEYS) keys.push(this.partitionGroupKey(kind, group, p));
-    return keys;
+  /** The keys `group` keeps in its own hash tag, which deleting it removes in one step (dropGroup-6.lua). */
+  groupOwnKeys(group: string): string[] {
+    return GROUP_KEYS.map((kind) => this.groupKey(kind, group));
   }
 
-  private groupKey(kind: GroupKey, group: string): string {
+  /** The keys `group` keeps in `partition`, which deleting it removes (dropGroupPartition-4.lua); the log itself stays. */
+  groupPartitionKeys(group: string, partition: number): string[] {
+    return PARTITION_GROUP_KEYS.map((kind) => this.partitionGroupKey(kind, group, partition));
+  }
+
+  private groupKey(kind: GroupKey | 'generation', group: string): string {
     return `${this.prefix}:group:{${group}}:${kind}`;
   }
 

@@ -12,21 +12,40 @@
   KEYS[2] epoch counter key
   KEYS[3] committed offset key
   KEYS[4] partition stream key
-  KEYS[5] recovery hash (released, at, deliveries)
+  KEYS[5] recovery hash (released, at, deliveries, generation)
 
   ARGV[1] worker id
   ARGV[2] lease TTL (ms)
   ARGV[3] initial offset mode: "start" | "end" | "id"
   ARGV[4] initial offset id (mode "id": the id to record)
+  ARGV[5] the group's generation as the worker's last heartbeat saw it
+          (heartbeat-4.lua); "0" or absent for a group never deleted
+
+  The partition's keys are stamped with the generation that took them (the
+  recovery hash's "generation" field). Keys stamped older belong to a group
+  that was deleted after they were written (dropGroup-6.lua) whose partition
+  drop (dropGroupPartition-4.lua) has not reached this partition yet (or never
+  will, if the admin died in between): the offset and recovery state are
+  cleared here, and the partition starts as a new group's would; the reply
+  then says so (recovering 2), and the caller clears the done-marks before it reads (they
+  are not among these KEYS). The epoch counter stays, so a token of the
+  dropped group never matches again.
 
   Returns { token, committedOffset, recovering } when taken (recovering is 1
-  when the previous holder did not release the lease, else 0), nil when
-  another worker holds it.
+  when the previous holder did not release the lease, 2 when a dropped
+  generation's keys were cleared, else 0), nil when another worker holds it.
 ]]
 local rcall = redis.call
 local current = rcall("GET", KEYS[1])
 if current and string.sub(current, 1, #ARGV[1] + 1) ~= ARGV[1] .. ":" then
   return nil
+end
+
+local generation = tonumber(ARGV[5] or "0")
+local stamped = tonumber(rcall("HGET", KEYS[5], "generation") or "0")
+local dropped = stamped < generation
+if dropped then
+  rcall("DEL", KEYS[3], KEYS[5])
 end
 
 local previous = rcall("GET", KEYS[2])
@@ -46,8 +65,13 @@ if not offset then
   rcall("SET", KEYS[3], offset)
 end
 
+-- After a drop, nothing of the last holder's work is kept: nothing to recover.
 local recovering = 0
-if previous and rcall("HGET", KEYS[5], "released") ~= previous then
+if previous and not dropped and rcall("HGET", KEYS[5], "released") ~= previous then
   recovering = 1
+end
+if dropped then
+  rcall("HSET", KEYS[5], "generation", generation)
+  recovering = 2
 end
 return { token, offset, recovering }

@@ -8,9 +8,18 @@
   ARGV[1] dedup window (ms)
   ARGV[2..] XADD field/value pairs
 
-  Returns { offset, duplicate } where duplicate is 1 when nothing was appended.
+  Returns { offset, duplicate } where duplicate is 1 when nothing was appended,
+  or an error, with nothing written, when there are more field arguments than
+  one XADD can take from Lua (unpack hands at most about 8000 values to one
+  call; an entry of eventrail's has at most 14).
 ]]
 local rcall = redis.call
+local MAX_FIELD_ARGS = 7000
+
+local count = #ARGV - 1
+if count > MAX_FIELD_ARGS or count % 2 ~= 0 then
+  return redis.error_reply("ERR eventrail publishDedup: " .. count .. " field arguments; an even number up to " .. MAX_FIELD_ARGS .. " is accepted")
+end
 local first = rcall("GET", KEYS[1])
 if first then
   return { first, 1 }

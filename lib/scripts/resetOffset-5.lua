@@ -15,12 +15,16 @@
   ARGV[1] new committed offset
 
   Returns the previous committed offset (false when there was none).
+
+  The steps that can fail (INCR and HSET on a key of the wrong type) run
+  first, and the offset moves last: a script that errors is not rolled back,
+  so a failure leaves the offset and the marks as they were.
 ]]
 local rcall = redis.call
 local previous = rcall("GET", KEYS[2])
-rcall("DEL", KEYS[1])
 local epoch = rcall("INCR", KEYS[3])
 rcall("HSET", KEYS[4], "released", epoch)
-rcall("SET", KEYS[2], ARGV[1])
 rcall("DEL", KEYS[5])
+rcall("DEL", KEYS[1])
+rcall("SET", KEYS[2], ARGV[1])
 return previous

@@ -18,6 +18,7 @@ export interface EventrailCommands {
     ttlMs: number,
     initialMode: 'start' | 'end' | 'id',
     initialId: string,
+    generation?: string,
   ): Promise<[string, string, number] | null>;
   eventrailCommitOffset(
     lease: string,
@@ -32,7 +33,26 @@ export interface EventrailCommands {
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
-  eventrailHeartbeat(members: string, info: string, seen: string, workerId: string, ttlMs: number, infoJson: string): Promise<string[]>;
+  eventrailHeartbeat(
+    members: string,
+    info: string,
+    seen: string,
+    generation: string,
+    workerId: string,
+    ttlMs: number,
+    infoJson: string,
+  ): Promise<[string, string[]]>;
+  eventrailDropGroup(
+    members: string,
+    info: string,
+    events: string,
+    seen: string,
+    dlq: string,
+    generation: string,
+    mode: 'stale' | 'idle' | 'force',
+    staleMs: number,
+  ): Promise<string[]>;
+  eventrailDropGroupPartition(offset: string, lease: string, recovery: string, done: string, generation: string): Promise<number>;
   eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, done: string, to: string): Promise<string | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
@@ -55,7 +75,9 @@ const SCRIPTS = [
   'commitOffset-3',
   'renewLease-1',
   'releaseLease-2',
-  'heartbeat-3',
+  'heartbeat-4',
+  'dropGroup-6',
+  'dropGroupPartition-4',
   'publishDedup-2',
   'resetOffset-5',
   'markDelivery-1',
