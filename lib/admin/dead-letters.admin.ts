@@ -154,7 +154,7 @@ export class DeadLetterAdmin {
     const { keys, client } = this.redis;
     const token = randomBytes(12).toString('hex');
     const claiming = client.pipeline();
-    for (const [id] of page) claiming.set(replayClaimKey(keys.prefix, group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
+    for (const [id] of page) claiming.set(keys.replayClaim(group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
     const claims = (await claiming.exec()) ?? [];
     const refused = claims.find(([error]) => error);
     if (refused) throw refused[0];
@@ -167,7 +167,7 @@ export class DeadLetterAdmin {
     const settling = eventrailPipeline(client);
     if (appended.length > 0) settling.xdel(keys.deadLetters(group), ...appended);
     letters.forEach(({ id }, i) => {
-      if (failures[i] !== null) settling.eventrailReleaseLock(replayClaimKey(keys.prefix, group, id), token);
+      if (failures[i] !== null) settling.eventrailReleaseLock(keys.replayClaim(group, id), token);
     });
     const replies = (await settling.exec()) ?? [];
     if (appended.length > 0 && replies[0]?.[0]) throw replies[0][0];
@@ -182,13 +182,4 @@ export class DeadLetterAdmin {
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
     return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
   }
-}
-
-/**
- * A replay's claim on one dead letter, under the group's hash tag beside its
- * dead-letter stream. Belongs in `EventrailKeys` (as `replayClaim(group, id)`);
- * built here with the same rule until it moves there.
- */
-function replayClaimKey(prefix: string, group: string, deadLetterId: string): string {
-  return `${prefix}:group:{${group}}:replay:${deadLetterId}`;
 }

@@ -7,6 +7,7 @@ import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../log/dead-letter.codec';
 import { isStreamId, offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
 import type {
   DashboardOverview,
@@ -83,10 +84,19 @@ export class EventrailAdmin {
     };
   }
 
-  /** One group's status; `UnknownGroupError` if it never registered. */
-  async group(name: string): Promise<GroupStatus> {
+  /**
+   * One group's status; `UnknownGroupError` if it never registered. `signal`
+   * stops the reads (no lag page is read after it fired): the health check
+   * bounds its own work with it.
+   */
+  async group(name: string, { signal }: { signal?: AbortSignal } = {}): Promise<GroupStatus> {
     await this.facts.assertExists(name);
-    return this.status.read(name);
+    return this.status.read(name, { signal });
+  }
+
+  /** `maxmemory-policy` of every primary (read with `CONFIG GET`, else `INFO memory`); anything but `noeviction` can evict the log. */
+  evictionPolicies(): Promise<NodeEvictionPolicy[]> {
+    return this.redis.evictionPolicies();
   }
 
   /**
@@ -190,11 +200,20 @@ export class EventrailAdmin {
 
   /**
    * A page of a group's dead letters, oldest first (newest first with
-   * `newestFirst`); pass the last `id` as `after` for the next page.
+   * `newestFirst`); pass the last `id` as `after` for the next page. A page
+   * stops at `count` letters or `maxBytes` (4 MiB by default), whichever
+   * comes first, so it may be short while more follow: `deadLetterPage` says
+   * where to go on.
    */
   async deadLetters(group: string, page: DeadLetterPage = {}): Promise<DeadLetter[]> {
     await this.facts.assertExists(group);
     return this.letters.list(group, page);
+  }
+
+  /** A page as `deadLetters` gives it, with `next`: the `after` of the next page, or null at the end. */
+  async deadLetterPage(group: string, page: DeadLetterPage = {}): Promise<{ items: DeadLetter[]; next: string | null }> {
+    await this.facts.assertExists(group);
+    return this.letters.page(group, page);
   }
 
   /** One dead letter of a group by its id, or null when there is none (replayed, purged or never existed). */
@@ -213,7 +232,8 @@ export class EventrailAdmin {
    * Appends dead letters back to the log for `group` alone (other groups skip
    * them), with their original event id, key and publish time, and removes
    * them from the dead-letter stream. Returns how many were replayed;
-   * `onProgress` hears after each page of 500.
+   * `onProgress` hears after each page (up to 500 dead letters and 4 MiB).
+   * Replays running at once append each dead letter once.
    */
   async replayDeadLetters(
     group: string,

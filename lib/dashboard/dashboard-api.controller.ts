@@ -57,11 +57,12 @@ export class DashboardApiController {
     const count = integerParam('count', query.count, 50);
     const order = optionalString('order', query.order) ?? 'newest';
     if (order !== 'newest' && order !== 'oldest') throw new InvalidOptionError('order', order, '"newest" or "oldest"');
-    const [items, total] = await Promise.all([
-      this.admin.deadLetters(name, { count, after: optionalString('after', query.after), newestFirst: order === 'newest' }),
+    // A page stops at `count` or at the byte budget: `next` says whether more follow either way.
+    const [{ items, next }, total] = await Promise.all([
+      this.admin.deadLetterPage(name, { count, after: optionalString('after', query.after), newestFirst: order === 'newest' }),
       this.admin.deadLetterCount(name),
     ]);
-    return { items, next: items.length === count ? items[items.length - 1].id : null, total };
+    return { items, next, total };
   }
 
   @Get('groups/:name/dead-letters/:id')

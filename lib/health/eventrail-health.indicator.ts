@@ -1,14 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus';
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
-import { GroupFactsReader } from '../admin/group-facts.reader';
-import { GroupStatusReader } from '../admin/group-status.reader';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
-import { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
 import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
 import { withTimeout } from '../util/timeout';
@@ -68,7 +64,6 @@ interface Inspection {
 @Injectable()
 export class EventrailHealthIndicator {
   private readonly stalls = new StallTracker();
-  private reader?: { redis: EventrailRedis; facts: GroupFactsReader; status: GroupStatusReader };
   /** The inspection whose commands may still be outstanding, even after its check gave up. */
   private inFlight: Promise<unknown> | null = null;
 
@@ -76,7 +71,6 @@ export class EventrailHealthIndicator {
     private readonly health: HealthIndicatorService,
     private readonly consumers: EventrailConsumers,
     private readonly admin: EventrailAdmin,
-    private readonly moduleRef: ModuleRef,
   ) {}
 
   async isHealthy<const Key extends string = 'eventrail'>(
@@ -149,12 +143,11 @@ export class EventrailHealthIndicator {
     const ownership = this.consumers.ownership();
     const running = this.consumers.isRunning;
     const workerId = this.consumers.workerId;
-    const { redis } = this.readers();
     const [, statuses, nodes, evictionPolicies] = await Promise.all([
       this.admin.ping(),
       Promise.all(names.map((name) => this.readGroup(name, signal))),
       this.admin.nodes(),
-      redis.evictionPolicies(),
+      this.admin.evictionPolicies(),
     ]);
     this.stalls.retain(names);
     const groups = Object.fromEntries(
@@ -166,28 +159,11 @@ export class EventrailHealthIndicator {
     return { groups, nodes, evictionPolicies };
   }
 
-  private async readGroup(name: string, signal: AbortSignal): Promise<GroupStatus | null> {
-    const { facts, status } = this.readers();
-    try {
-      await facts.assertExists(name);
-    } catch (error) {
+  private readGroup(name: string, signal: AbortSignal): Promise<GroupStatus | null> {
+    return this.admin.group(name, { signal }).catch((error: unknown) => {
       if (error instanceof UnknownGroupError) return null;
       throw error;
-    }
-    return status.read(name, { signal });
-  }
-
-  /**
-   * The admin service's own readers, built on the module's connection: they
-   * take the abort signal that `EventrailAdmin.group()` has no parameter for.
-   */
-  private readers(): { redis: EventrailRedis; facts: GroupFactsReader; status: GroupStatusReader } {
-    if (!this.reader) {
-      const redis = this.moduleRef.get(EventrailRedis, { strict: false });
-      const facts = new GroupFactsReader(redis);
-      this.reader = { redis, facts, status: new GroupStatusReader(redis, facts) };
-    }
-    return this.reader;
+    });
   }
 }
 

@@ -112,6 +112,14 @@ export class EventrailKeys {
     return this.groupKey('dlq', group);
   }
 
+  /**
+   * A replay's claim on one dead letter (`SET NX PX`), beside the group's dead-letter stream, so
+   * concurrent replays append each dead letter once. Not in `groupKeys`: claims expire on their own.
+   */
+  replayClaim(group: string, deadLetterId: string): string {
+    return `${this.groupPrefix(group)}:replay:${deadLetterId}`;
+  }
+
   /** Lock that lets one instance of the fleet run a retention cycle at a time; holds the owner's token. */
   retentionLock(): string {
     return `${this.prefix}:retention:lock`;
@@ -133,7 +141,12 @@ export class EventrailKeys {
   }
 
   private groupKey(kind: GroupKey | 'generation', group: string): string {
-    return `${this.prefix}:group:{${group}}:${kind}`;
+    return `${this.groupPrefix(group)}:${kind}`;
+  }
+
+  /** Keys of a group share the hash tag `{<group>}`, so a script over them touches one cluster slot. */
+  private groupPrefix(group: string): string {
+    return `${this.prefix}:group:{${group}}`;
   }
 
   private partitionGroupKey(kind: PartitionGroupKey, group: string, partition: number): string {

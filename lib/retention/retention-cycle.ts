@@ -15,18 +15,6 @@ const UNARCHIVED_HINT =
   'this instance has no archive; configure retention.archive as the archiving instance does, or set ' +
   'retention.allowUnarchivedTrim (RETENTION_ALLOW_UNARCHIVED_TRIM, --allow-unarchived-trim) to trim them unarchived';
 
-/**
- * `trimLog-2` with its fourth argument (allow unarchived trims), which `EventrailCommands` in
- * scripts/scripts.ts does not declare yet; the script treats a missing one as a refusal.
- */
-function trimLog(
-  client: EventrailRedis['client'],
-  ...args: [stream: string, marks: string, minId: string, mode: '~' | '=', sinkId: string, allowUnarchived: '0' | '1']
-): Promise<number> {
-  const trim = client.eventrailTrimLog as unknown as (...a: typeof args) => Promise<number>;
-  return trim.apply(client, args);
-}
-
 /** Entries read per round trip while looking for the `maxLen` boundary (they carry their payloads). */
 const PAGE = 200;
 
@@ -105,8 +93,7 @@ export class RetentionCycle {
       }
     }
     const trimTo = result.minId as string;
-    const trimmed = await trimLog(
-      client,
+    const trimmed = await client.eventrailTrimLog(
       stream,
       keys.archived(partition),
       trimTo,

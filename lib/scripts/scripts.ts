@@ -56,7 +56,15 @@ export interface EventrailCommands {
   eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, done: string, to: string): Promise<string | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
-  eventrailTrimLog(stream: string, archiveMarks: string, minId: string, mode: '~' | '=', sinkId: string): Promise<number>;
+  eventrailTrimLog(
+    stream: string,
+    archiveMarks: string,
+    minId: string,
+    mode: '~' | '=',
+    sinkId: string,
+    /** '1' allows a trim past the archive marks without a sink; missing counts as '0'. */
+    allowUnarchived?: '0' | '1',
+  ): Promise<number>;
 }
 
 export type EventrailClient = (Redis | Cluster) & EventrailCommands;

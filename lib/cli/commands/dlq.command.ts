@@ -43,9 +43,11 @@ function registerList(dlq: Command, runner: CliRunner): void {
     .action(
       runner.action<{ count: number; after?: string; newestFirst?: boolean }>(async (ctx, [group], { count, after, newestFirst }) => {
         const { admin } = await ctx.open();
-        const letters = await admin.deadLetters(group as string, { count, after, newestFirst: newestFirst === true });
+        const page = await admin.deadLetterPage(group as string, { count, after, newestFirst: newestFirst === true });
+        const letters = page.items;
         ctx.output.result(letters, () => renderDeadLetters(group as string, letters));
-        if (!ctx.output.json && letters.length === count) {
+        // A page stops at --count or at the byte budget; `next` says whether more follow either way.
+        if (!ctx.output.json && page.next !== null) {
           // Every flag of this run again, or the printed command would list another page (or another log).
           const next = ctx.commandLine({
             command: ['dlq', 'list'],
@@ -54,7 +56,7 @@ function registerList(dlq: Command, runner: CliRunner): void {
               ...(newestFirst ? ['--newest-first'] : []),
               ...(count === DEFAULT_LIST_COUNT ? [] : ['--count', String(count)]),
               '--after',
-              letters[letters.length - 1].id,
+              page.next,
             ],
           });
           const note = next.passwordRedacted ? ' (put the password back in place of *** in --redis-url)' : '';
