@@ -4,7 +4,7 @@ import { InvalidOptionError } from './errors/invalid-option.error';
 import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
-import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './util/option-checks';
+import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './option-checks';
 import { redactUrl } from './util/redact-url';
 
 /** Where a group starts reading when it has no committed offset yet. */

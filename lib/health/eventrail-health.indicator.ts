@@ -6,7 +6,7 @@ import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import { describeError } from '../util/describe-error';
-import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
+import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../option-checks';
 import { withTimeout } from '../util/timeout';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 import { StallTracker } from './stall-tracker';

@@ -1,6 +1,6 @@
 import { DEFAULT_CONSUMER_OPTIONS, InvalidOptionError } from '../../lib';
 import { resolveConsumerOptions, resolveModuleOptions } from '../../lib/eventrail.options';
-import { nearestKey } from '../../lib/util/option-checks';
+import { nearestKey } from '../../lib/option-checks';
 
 /** Every slip of one letter that still reads as `key`: a letter dropped, doubled, or swapped with the next. */
 function misspellings(key: string): string[] {

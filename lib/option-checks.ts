@@ -1,4 +1,4 @@
-import { InvalidOptionError } from '../errors/invalid-option.error';
+import { InvalidOptionError } from './errors/invalid-option.error';
 
 /**
  * The checks every options resolver shares (module, consumer, retention,
