@@ -87,7 +87,10 @@ async function main(): Promise<void> {
       }
       if (figures.record) {
         const file = join(tmpdir(), `eventrail-fuzz-seed-${schedule.seed}.json`);
-        writeFileSync(file, JSON.stringify(figures.record));
+        writeFileSync(
+          file,
+          JSON.stringify(figures.record, (_key, value: unknown) => (value instanceof Map ? Object.fromEntries(value) : value)),
+        );
         console.log(`  what was checked: ${file}`);
       }
       const { record: _record, ...line } = figures;

@@ -146,20 +146,23 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
     if (a.group !== group) continue;
     const at = ref(a.partition, a.offset);
     const found = place.get(at);
-    if (!found || settled.has(at)) continue;
+    if (!found) continue;
     const poison = found.entry.data.poison?.[group];
     // The attempt after which the library dead-letters the entry (poison wins over a transient failure).
     const finalFailure = a.outcome === 'P' && (poison === 'non-retryable' || a.attempt > maxRetries);
     if (a.outcome !== 'H' && !finalFailure) continue;
-    const first = prefix.get(found.chain) ?? 0;
-    if (a.outcome === 'H' && found.index > first) {
-      const missing = (chains.get(found.chain) as FuzzLogEntry[])[first];
-      add(
-        'key-order',
-        `${group}: ${describeEntry(found.entry)} first handled (pid ${a.pid}, attempt ${a.attempt}) before ${describeEntry(missing)} was handled or dead-lettered`,
-      );
+    if (!settled.has(at)) {
+      const first = prefix.get(found.chain) ?? 0;
+      if (a.outcome === 'H' && found.index > first) {
+        const missing = (chains.get(found.chain) as FuzzLogEntry[])[first];
+        add(
+          'key-order',
+          `${group}: ${describeEntry(found.entry)} first handled (pid ${a.pid}, attempt ${a.attempt}) before ${describeEntry(missing)} was handled or dead-lettered`,
+        );
+      }
+      settled.add(at);
     }
-    settled.add(at);
+    // Even a repeat handling (after a reset) settles the other entries of the id: their done-mark makes them skipped.
     if (a.outcome === 'H' && group === GROUPS.fuzzIdem) for (const other of byId.get(a.eventId) ?? []) settled.add(other);
     advance(found.chain);
   }
