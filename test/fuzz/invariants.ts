@@ -44,6 +44,8 @@ export interface RunRecord {
 export interface Violation {
   invariant: 'delivered' | 'key-order' | 'dead-letters' | 'offsets' | 'idempotency' | 'replay-target' | 'workers' | 'drained';
   detail: string;
+  /** idempotency: the handling process had been SIGSTOPped past its lease before it started the call (a stale owner's batch). */
+  afterFreeze?: boolean;
 }
 
 const LIMIT_PER_INVARIANT = 10;
@@ -75,8 +77,9 @@ export function ref(partition: number, offset: string): string {
  */
 export function checkRun(run: RunRecord): Violation[] {
   const out: Violation[] = [];
-  const add = (invariant: Violation['invariant'], detail: string): void => {
-    if (out.filter((v) => v.invariant === invariant).length < LIMIT_PER_INVARIANT) out.push({ invariant, detail });
+  const add = (invariant: Violation['invariant'], detail: string, afterFreeze?: boolean): void => {
+    if (out.filter((v) => v.invariant === invariant).length < LIMIT_PER_INVARIANT)
+      out.push({ invariant, detail, ...(afterFreeze ? { afterFreeze } : {}) });
   };
   if (run.drainFailure) add('drained', run.drainFailure);
   for (const exit of run.unexpectedExits) add('workers', exit);
@@ -92,7 +95,7 @@ export function checkRun(run: RunRecord): Violation[] {
   return out;
 }
 
-type Add = (invariant: Violation['invariant'], detail: string) => void;
+type Add = (invariant: Violation['invariant'], detail: string, afterFreeze?: boolean) => void;
 
 function checkDelivered(run: RunRecord, add: Add): void {
   for (const a of run.accepted) {
@@ -200,6 +203,7 @@ function checkIdempotency(run: RunRecord, add: Add): void {
         'idempotency',
         `${a.group}: handler for ${a.eventId} at ${ref(a.partition, a.offset)} (pid ${a.pid}, attempt ${a.attempt}) started at ${a.startedAt}, ` +
           `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt})${stale}`,
+        frozen.length > 0,
       );
     }
   }
