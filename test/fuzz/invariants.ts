@@ -44,8 +44,12 @@ export interface RunRecord {
 export interface Violation {
   invariant: 'delivered' | 'key-order' | 'dead-letters' | 'offsets' | 'idempotency' | 'replay-target' | 'workers' | 'drained';
   detail: string;
-  /** idempotency: the handling process had been SIGSTOPped past its lease before it started the call (a stale owner's batch). */
-  afterFreeze?: boolean;
+  /**
+   * idempotency: another process had handled the event before (so the mark
+   * was committed under someone else's lease): the call came from a stale
+   * owner going on with the batch it had in hand (it was SIGSTOPped, or stalled, past its lease).
+   */
+  staleOwner?: boolean;
 }
 
 const LIMIT_PER_INVARIANT = 10;
@@ -77,9 +81,9 @@ export function ref(partition: number, offset: string): string {
  */
 export function checkRun(run: RunRecord): Violation[] {
   const out: Violation[] = [];
-  const add = (invariant: Violation['invariant'], detail: string, afterFreeze?: boolean): void => {
+  const add = (invariant: Violation['invariant'], detail: string, staleOwner?: boolean): void => {
     if (out.filter((v) => v.invariant === invariant).length < LIMIT_PER_INVARIANT)
-      out.push({ invariant, detail, ...(afterFreeze ? { afterFreeze } : {}) });
+      out.push({ invariant, detail, ...(staleOwner ? { staleOwner } : {}) });
   };
   if (run.drainFailure) add('drained', run.drainFailure);
   for (const exit of run.unexpectedExits) add('workers', exit);
@@ -95,7 +99,7 @@ export function checkRun(run: RunRecord): Violation[] {
   return out;
 }
 
-type Add = (invariant: Violation['invariant'], detail: string, afterFreeze?: boolean) => void;
+type Add = (invariant: Violation['invariant'], detail: string, staleOwner?: boolean) => void;
 
 function checkDelivered(run: RunRecord, add: Add): void {
   for (const a of run.accepted) {
@@ -193,19 +197,26 @@ function checkDeadLetters(run: RunRecord, add: Add): void {
 }
 
 function checkIdempotency(run: RunRecord, add: Add): void {
+  // Event id -> pids whose handler of it succeeded so far.
+  const handledBy = new Map<string, Set<number>>();
   for (const a of run.attempts) {
-    if (a.group !== GROUPS.fuzzIdem || a.mark === null) continue;
+    if (a.group !== GROUPS.fuzzIdem) continue;
+    const pids = handledBy.get(a.eventId) ?? new Set<number>();
+    handledBy.set(a.eventId, pids);
+    const staleOwner = [...pids].some((pid) => pid !== a.pid);
+    if (a.outcome === 'H') pids.add(a.pid);
+    if (a.mark === null) continue;
     const committedAt = a.mark - FUZZ_MARK_TTL_MS;
-    if (committedAt < a.startedAt) {
-      const frozen = run.freezes.filter((f) => f.pid === a.pid && f.from <= a.startedAt);
-      const stale = frozen.length ? `; pid ${a.pid} had been SIGSTOPped ${frozen.map((f) => `${f.from}-${f.to}`).join(', ')}` : '';
-      add(
-        'idempotency',
-        `${a.group}: handler for ${a.eventId} at ${ref(a.partition, a.offset)} (pid ${a.pid}, attempt ${a.attempt}) started at ${a.startedAt}, ` +
-          `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt})${stale}`,
-        frozen.length > 0,
-      );
-    }
+    if (committedAt >= a.startedAt) continue;
+    const frozen = run.freezes.filter((f) => f.pid === a.pid && f.from <= a.startedAt);
+    add(
+      'idempotency',
+      `${a.group}: handler for ${a.eventId} at ${ref(a.partition, a.offset)} (pid ${a.pid}, attempt ${a.attempt}) started at ${a.startedAt}, ` +
+        `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt})` +
+        (staleOwner ? `; pid${[...pids].filter((p) => p !== a.pid).map((p) => ` ${p}`)} had handled it before` : '') +
+        (frozen.length ? `; pid ${a.pid} had been SIGSTOPped ${frozen.map((f) => `${f.from}-${f.to}`).join(', ')}` : ''),
+      staleOwner,
+    );
   }
 }
 
