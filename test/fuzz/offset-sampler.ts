@@ -17,7 +17,7 @@ interface Sample {
 }
 
 /**
- * Reads every committed offset of the groups every `everyMs` while a
+ * Reads every committed offset of the groups every `everyMs` (25 ms: a stale commit that moved an offset back lives only until the next commit) while a
  * schedule runs, on a connection of its own that fails at once while Redis is
  * down (those samples are skipped). `backwardMoves` compares each sample with
  * the one before: an offset that moved back is a violation unless a reset of
@@ -35,7 +35,7 @@ export class OffsetSampler {
     url: string,
     private readonly keys: EventrailKeys,
     private readonly groups: readonly string[],
-    private readonly everyMs = 100,
+    private readonly everyMs = 25,
   ) {
     this.client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 });
     this.client.on('error', () => undefined);
