@@ -1,5 +1,6 @@
 /**
- * Worker process of the chaos suites and of test/e2e/crash-loop.spec.ts: a
+ * Worker process of the chaos suites, of test/e2e/crash-loop.spec.ts and of
+ * the fault schedules in test/fuzz/ (mode `fuzz`, fuzz-handlers.ts): a
  * small Nest app whose handlers leave their records in Redis (so they survive
  * the process) and crash it for real with SIGKILL where the mode says so.
  * Run as `node -r @swc-node/register test/chaos/support/chaos-worker.ts` with
@@ -11,6 +12,7 @@ import { Injectable, Module, OnModuleDestroy, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import Redis from 'ioredis';
 import { ConsumerOptions, EventrailConsumers, EventrailMessage, EventrailModule, OnEvent } from '../../../lib';
+import { fuzzProviders } from './fuzz-handlers';
 import { ChaosMode, chaosKeys, ChaosWorkerCommand, ChaosWorkerMessage, encodeHandling, EVENTS, GROUPS } from './chaos-protocol';
 
 const MODE = required('CHAOS_MODE') as ChaosMode;
@@ -153,15 +155,16 @@ class DoubleSendHandlers {
   }
 }
 
-const HANDLERS: Record<ChaosMode, Type> = {
-  'crash-loop': CrashLoopHandlers,
-  'kill-restart': KillRestartHandlers,
-  'double-sends': DoubleSendHandlers,
+const PROVIDERS: Record<ChaosMode, () => Type[]> = {
+  'crash-loop': () => [Records, CrashLoopHandlers],
+  'kill-restart': () => [Records, KillRestartHandlers],
+  'double-sends': () => [Records, DoubleSendHandlers],
+  fuzz: () => fuzzProviders(Number(process.env.CHAOS_FUZZ_GROUPS ?? '1')),
 };
 
 @Module({
   imports: [EventrailModule.forRoot({ partitions: PARTITIONS, consumer: CONSUMER })],
-  providers: [Records, HANDLERS[MODE]],
+  providers: PROVIDERS[MODE](),
 })
 class ChaosWorkerModule {}
 
