@@ -35,6 +35,12 @@ export type CommitVerdict = 'committed' | 'fenced';
 /** A lease this worker holds on one partition of a group. */
 export class PartitionLease {
   private readonly key: string;
+  /**
+   * Until when (`performance.now()`) the lease surely holds: the send time of
+   * the last call that set its TTL, plus the TTL. Redis started the TTL later
+   * than that, so this errs early.
+   */
+  private validUntil: number;
 
   private constructor(
     private readonly redis: EventrailRedis,
@@ -43,8 +49,21 @@ export class PartitionLease {
     /** `<workerId>:<epoch>`, which fences every commit. */
     readonly token: string,
     private readonly ttlMs: number,
+    sentAt: number,
   ) {
     this.key = redis.keys.lease(group, partition);
+    this.validUntil = sentAt + ttlMs;
+  }
+
+  /**
+   * True once the lease may have expired without this worker hearing of it
+   * (the process was paused, or Redis did not answer, for longer than the
+   * TTL): another worker may own the partition now, so no handler call may
+   * start until a renewal or a commit says the lease still holds. One clock
+   * read, no round trip: the batch loop asks it before every entry.
+   */
+  get mayHaveExpired(): boolean {
+    return performance.now() >= this.validUntil;
   }
 
   /**
@@ -66,6 +85,7 @@ export class PartitionLease {
   ): Promise<Array<AcquiredLease | null>> {
     const { keys, client } = redis;
     const [mode, initialId] = initialOffsetArgs(initialOffset);
+    const sentAt = performance.now();
     const replies = await Promise.all(
       partitions.map((p) =>
         client
@@ -101,14 +121,19 @@ export class PartitionLease {
     return replies.map((reply, i) => {
       if (!reply || !cleared[i]) return null;
       const [token, committed, recovering] = reply;
-      return { lease: new PartitionLease(redis, group, partitions[i], token, ttlMs), committed, recovering: recovering === 1 };
+      return { lease: new PartitionLease(redis, group, partitions[i], token, ttlMs, sentAt), committed, recovering: recovering === 1 };
     });
   }
 
   /** Extends the lease: `held`, `lost` (expired or taken over), or `unknown` when Redis did not answer (try again later). */
   renew(): Promise<'held' | 'lost' | 'unknown'> {
+    const sentAt = performance.now();
     return this.redis.client.eventrailRenewLease(this.key, this.token, this.ttlMs).then(
-      (renewed) => (renewed === 1 ? 'held' : 'lost'),
+      (renewed) => {
+        if (renewed !== 1) return 'lost';
+        this.extendedAt(sentAt);
+        return 'held';
+      },
       () => 'unknown' as const,
     );
   }
@@ -121,6 +146,7 @@ export class PartitionLease {
    */
   async commit(offset: string, doneIds: readonly string[], markTtlMs: number): Promise<CommitVerdict> {
     const { keys, client } = this.redis;
+    const sentAt = performance.now();
     const result = await client.eventrailCommitOffset(
       this.key,
       keys.offset(this.group, this.partition),
@@ -131,7 +157,14 @@ export class PartitionLease {
       markTtlMs,
       ...(markTtlMs > 0 ? doneIds : []),
     );
-    return result === 1 ? 'committed' : 'fenced';
+    if (result !== 1) return 'fenced';
+    this.extendedAt(sentAt); // the commit script extends the lease too
+    return 'committed';
+  }
+
+  /** A call sent at `sentAt` found the lease held and set its TTL again. */
+  private extendedAt(sentAt: number): void {
+    this.validUntil = Math.max(this.validUntil, sentAt + this.ttlMs);
   }
 
   /**

@@ -131,7 +131,8 @@ export class MessageProcessor {
     } finally {
       await this.semaphore.acquire();
     }
-    if (stopped) return ABANDONED;
+    // Stopped, or the lease may have expired during the wait: the retry waits for a renewal or another owner.
+    if (stopped || stop.stopped) return ABANDONED;
     // Only the handlers that failed run again: the others already did their work.
     return this.attempt(entry, payload, failed, partition, stop, attempt + 1, firstFailedAt);
   }

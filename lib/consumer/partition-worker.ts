@@ -50,7 +50,8 @@ export interface PartitionWorkerParams {
  */
 export class PartitionWorker {
   private readonly logger = new Logger(PartitionWorker.name);
-  private readonly stop = new StopSignal();
+  /** Stops the batch: fired on stop or fencing, and halted while the lease may have expired unheard of. */
+  private readonly stop: StopSignal;
   private readonly streamKey: string;
   private readonly recovery: RecoveryWindow;
   private connection?: Redis | Cluster;
@@ -72,6 +73,7 @@ export class PartitionWorker {
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
+    this.stop = new StopSignal(() => lease.mayHaveExpired);
     this.streamKey = params.redis.keys.stream(lease.partition);
     this.committed = this.cursor = params.committed;
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);

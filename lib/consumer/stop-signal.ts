@@ -6,8 +6,12 @@ export class StopSignal {
   private fired = false;
   private readonly listeners = new Set<() => void>();
 
+  /** `halted`: a condition that also stops new work while it holds, without firing (a lease that may have expired). */
+  constructor(private readonly halted: () => boolean = () => false) {}
+
+  /** True once fired, or while `halted` says so: no new entry or retry may start. */
   get stopped(): boolean {
-    return this.fired;
+    return this.fired || this.halted();
   }
 
   fire(): void {

@@ -13,14 +13,13 @@ const SEEDS = (process.env.EVENTRAIL_CHAOS_SEEDS ?? '1016,1003,1011,1008,1029').
 /** No new schedule starts after this long; one still running finishes (each drains within a minute at worst). */
 const BUDGET_MS = 60_000;
 /**
- * A known library gap, printed here rather than failed (`npm run chaos` and
- * its soak stay strict): a worker SIGSTOPped (or stalled) past its lease goes on starting
- * handler calls for the rest of the batch in hand when it resumes, until its
- * next commit or renewal tells it the lease is gone, so with idempotency on it
- * can handle an event whose done-mark the new owner already committed. Set to
- * false once PartitionWorker stops starting entries after its lease's TTL ran out.
+ * Idempotency violations by a stale owner (a worker SIGSTOPped or stalled past
+ * its lease, starting handler calls when it resumes) used to be a known gap,
+ * printed rather than failed. PartitionLease.mayHaveExpired closed it: a
+ * worker starts no entry or retry once its lease may have expired unheard of.
+ * Kept as a switch, off, so a regression fails here.
  */
-const TOLERATE_STALE_OWNER_HANDLINGS = true;
+const TOLERATE_STALE_OWNER_HANDLINGS = false;
 
 /**
  * Seeded fault schedules: publishes (keyed and keyless, `publish` and
