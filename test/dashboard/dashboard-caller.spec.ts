@@ -1,21 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { CallerRequest, crossSiteReason, isLoopbackAddress, notLocalReason } from '../../lib/dashboard/dashboard-caller';
+import { seededRandom as generator } from '../support/seeded-random';
 
 // The two decisions of the access guard, for many generated requests: nothing a client writes in its
 // headers makes another machine local, or another site ours. (The same rules against real connections,
 // another machine included, are in dashboard-access.spec.ts.)
-
-/** mulberry32: a small seeded generator, so a failure replays with the same inputs. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const HOSTS = [
   'localhost',

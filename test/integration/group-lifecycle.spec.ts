@@ -5,6 +5,7 @@ import { EventrailKeys } from '../../lib/log/keys';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { seededRandom as seeded } from '../support/seeded-random';
 
 /**
  * A running group stays visible, and a prune or delete that races a worker
@@ -28,17 +29,6 @@ class RaceCrowd {
   three(): void {}
 }
 const RACE_GROUPS = ['racer', 'racer-1', 'racer-2', 'racer-3'];
-
-/** A small seeded generator (mulberry32), so a failing interleaving can be run again. */
-function seeded(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Resolves after `ticks` turns of the event loop: jitter at the scale of one Redis round trip, not a sleep. */
 async function turns(ticks: number): Promise<void> {

@@ -11,18 +11,7 @@ import {
 import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
-
-/** mulberry32: a small seeded generator, so a failing case can be replayed from its seed and index. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as generator } from '../support/seeded-random';
 
 type Random = () => number;
 const int = (random: Random, max: number): number => Math.floor(random() * max);

@@ -1,16 +1,6 @@
 import { encodeDeadLetter } from '../../lib/log/dead-letter.codec';
 import { describeError, describeThrown, errorStack } from '../../lib/util/describe-error';
-
-/** A small seeded generator (mulberry32), so a failure names the seed that made it. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as random } from '../support/seeded-random';
 
 const thrower = (what: string) => (): never => {
   throw new Error(what);

@@ -1,17 +1,6 @@
 import { InvalidOptionError } from '../../lib';
 import { resolveModuleOptions } from '../../lib/eventrail.options';
-
-/** mulberry32: the same cases on every run, and a failure names its seed. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as generator } from '../support/seeded-random';
 
 const SECRET_KEYS = [
   'password',
