@@ -13,15 +13,6 @@ const SEEDS = (process.env.EVENTRAIL_CHAOS_SEEDS ?? '1016,1003,1011,1008,1029').
 /** No new schedule starts after this long; one still running finishes (each drains within a minute at worst). */
 const BUDGET_MS = 60_000;
 /**
- * Idempotency violations by a stale owner (a worker SIGSTOPped or stalled past
- * its lease, starting handler calls when it resumes) used to be a known gap,
- * printed rather than failed. PartitionLease.mayHaveExpired closed it: a
- * worker starts no entry or retry once its lease may have expired unheard of.
- * Kept as a switch, off, so a regression fails here.
- */
-const TOLERATE_STALE_OWNER_HANDLINGS = false;
-
-/**
  * Seeded fault schedules: publishes (keyed and keyless, `publish` and
  * `publishMany`), events that fail some attempts and poison events, worker
  * SIGKILLs and SIGSTOP/SIGCONT past the lease TTL, Redis SIGKILLs with AOF
@@ -53,12 +44,7 @@ describe('fuzz: seeded fault schedules', () => {
       const figures = await runSchedule(server as DurableRedis, schedule);
       runs.push(figures);
       console.log(describeRun(figures));
-      const tolerated = figures.violations.filter((v) => TOLERATE_STALE_OWNER_HANDLINGS && v.staleOwner);
-      for (const v of tolerated) console.warn(`seed ${seed}: known gap, not failed: [${v.invariant}] ${v.detail}`);
-      const failure = figures.violations
-        .filter((v) => !tolerated.includes(v))
-        .map((v) => `[${v.invariant}] ${v.detail}`)
-        .join('\n');
+      const failure = figures.violations.map((v) => `[${v.invariant}] ${v.detail}`).join('\n');
       expect(`${failure ? `npm run chaos -- --seed ${seed}\n${describeSchedule(schedule)}\n` : ''}${failure}`).toBe('');
     }
     expect(runs.length).toBeGreaterThanOrEqual(1);
