@@ -135,10 +135,8 @@ describe('eventrail CLI: read commands, failures and usage errors', () => {
       // A read must not create the log it did not find.
       expect(await suite.redis.exists(new EventrailKeys(`${suite.prefix}-none`, 1).meta)).toBe(0);
       expect(outcome(refused)).toEqual({ code: 1, stderr: expect.stringContaining('ECONNREFUSED') });
-      expect(refused.ms).toBeLessThan(5_000);
       // The flag beats the environment: refused went to the closed port although EVENTRAIL_REDIS_URL is the test Redis.
       expect(outcome(silent)).toEqual({ code: 1, stderr: expect.stringContaining('within 1000 ms') });
-      expect(silent.ms).toBeLessThan(6_000);
     } finally {
       await new Promise((resolve) => blackhole.close(resolve));
     }
