@@ -185,7 +185,6 @@ describe('eventrail CLI on Redis Cluster', () => {
       code: 1,
       stderr: `eventrail: Redis is unavailable: cannot connect to Redis Cluster seeds redis://ops:***@127.0.0.1:${closedA},redis://127.0.0.1:${closedB} (connect ECONNREFUSED 127.0.0.1:${closedA})\n`,
     });
-    expect(refused.ms).toBeLessThan(5_000);
     expect(outcome(plain)).toEqual({ code: 1, stderr: expect.stringContaining('cluster support disabled') });
     expect(outcome(moved)).toEqual({
       code: 1,
