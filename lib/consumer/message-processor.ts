@@ -2,36 +2,40 @@ import { Logger } from '@nestjs/common';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
-import { NonRetryableError } from '../errors/non-retryable.error';
 import { CrashLoopError } from '../errors/crash-loop.error';
 import { DecodeError } from '../errors/decode.error';
 import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
-import { describeThrown, isInstanceOf } from '../util/describe-error';
-import { retryDelayMs } from './backoff';
+import { describeThrown } from '../util/describe-error';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
-import type { HandlerBinding, HandlerMap } from './group-plan';
+import type { BatchBinding, HandlerBinding, HandlerMap } from './group-plan';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 
-/** How an entry ended: not done (a stop cut its retries short), handled, or given up (dead-lettered). */
-export const ABANDONED = 0;
-export const HANDLED = 1;
-export const GIVEN_UP = 2;
-export type Outcome = typeof ABANDONED | typeof HANDLED | typeof GIVEN_UP;
+import { ABANDONED, HANDLED, GIVEN_UP, type Outcome } from './outcome';
+import { BatchProcessor, type DeliveryTools } from './batch-processor';
+import { retryVerdict } from './retry-policy';
+import { logRecord } from '../util/log-record';
 
-type Payload = ReturnType<typeof decodePayload>;
+export { ABANDONED, HANDLED, GIVEN_UP, type Outcome };
+
+export type Payload = ReturnType<typeof decodePayload>;
 
 /**
  * Runs one entry through every handler the group has for its event type,
  * retries the failed ones in place with backoff, and hands what cannot be
  * handled to the dead-letter sink.
  */
-export class MessageProcessor {
+export class MessageProcessor implements DeliveryTools {
   private readonly logger = new Logger(MessageProcessor.name);
+  private readonly batches: BatchProcessor;
+  /** True when the group has a batch handler: batches then form in `BatchRun`. */
+  readonly hasBatchHandlers: boolean;
+  /** The largest `maxSize` of the group's batch handlers (0 without any): a read brings at least that many. */
+  readonly largestBatch: number;
 
   constructor(
     private readonly group: string,
@@ -41,7 +45,26 @@ export class MessageProcessor {
     /** The group's concurrency limit; the caller holds a permit while an entry runs. */
     private readonly semaphore: Semaphore,
     private readonly metrics: MetricsHooks,
-  ) {}
+  ) {
+    this.batches = new BatchProcessor(group, options, metrics, this);
+    const sizes = [...handlers.values()].flatMap((list) => list.flatMap((b) => (b.batch ? [b.batch.maxSize] : [])));
+    this.hasBatchHandlers = sizes.length > 0;
+    this.largestBatch = Math.max(0, ...sizes);
+  }
+
+  /** The batch handler of this entry's event, if a batch handler handles it (it is then its only handler). */
+  batchOf(entry: RawEntry | MalformedEntry): BatchBinding | undefined {
+    return isMalformed(entry) ? undefined : this.handlers.get(entry.event)?.[0]?.batch;
+  }
+
+  /**
+   * Runs `entries` (consecutive, wanted, well-formed entries of one partition
+   * whose events `binding` handles) through the batch handler; the caller
+   * holds a permit. One outcome per entry.
+   */
+  processBatch(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
+    return this.batches.process(entries, binding, partition, stop);
+  }
 
   /** True when the group handles this entry; other entries are done without a call. */
   wants(entry: RawEntry | MalformedEntry): boolean {
@@ -61,7 +84,7 @@ export class MessageProcessor {
     if (!handlers) return HANDLED;
     let payload: Payload;
     try {
-      payload = decodePayload(entry);
+      payload = this.decode(entry);
     } catch (error) {
       return this.giveUp(entry, partition, 'malformed', error, 0, new Date());
     }
@@ -114,25 +137,10 @@ export class MessageProcessor {
   ): Promise<Outcome> {
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
-    if (isInstanceOf(error, NonRetryableError)) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
-    if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
-    const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
-    this.logger.warn(
-      escapeControls(
-        `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
-          `retrying in ${delay} ms: ${describe(error)}`,
-      ),
-    );
-    // The permit goes back during the backoff, so other partitions of the group keep going.
-    this.semaphore.release();
-    let stopped: boolean;
-    try {
-      stopped = await stop.sleep(delay);
-    } finally {
-      await this.semaphore.acquire();
-    }
-    // Stopped, or the lease may have expired during the wait: the retry waits for a renewal or another owner.
-    if (stopped || stop.stopped) return ABANDONED;
+    const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+    if ('giveUp' in verdict) return this.giveUp(entry, partition, verdict.giveUp, error, attempt, firstFailedAt, now);
+    this.warnRetry(entry, partition, attempt, verdict.retryInMs, error);
+    if (await this.pause(stop, verdict.retryInMs)) return ABANDONED;
     // Only the handlers that failed run again: the others already did their work.
     return this.attempt(entry, payload, failed, partition, stop, attempt + 1, firstFailedAt);
   }
@@ -171,7 +179,50 @@ export class MessageProcessor {
     );
   }
 
-  private message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
+  /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */
+  decode(entry: RawEntry): Payload {
+    return decodePayload(entry);
+  }
+
+  /**
+   * Waits a retry's backoff. The permit goes back meanwhile, so other
+   * partitions of the group keep going. True when the retry must not run:
+   * stopped, or the lease may have expired during the wait (the retry then
+   * waits for a renewal or another owner).
+   */
+  async pause(stop: StopSignal, ms: number): Promise<boolean> {
+    this.semaphore.release();
+    let stopped: boolean;
+    try {
+      stopped = await stop.sleep(ms);
+    } finally {
+      await this.semaphore.acquire();
+    }
+    return stopped || stop.stopped;
+  }
+
+  /** The retry warning: readable text, and the message's identifiers as fields. */
+  warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void {
+    const what =
+      batchSize === undefined ? `Event ${entry.id} (${entry.event})` : `Batch of ${batchSize} from event ${entry.id} (${entry.event})`;
+    const msg = escapeControls(
+      `${what} failed in group "${this.group}" partition ${partition}, attempt ${attempt}; retrying in ${delayMs} ms: ${describe(error)}`,
+    );
+    this.logger.warn(
+      logRecord(msg, {
+        group: this.group,
+        partition,
+        eventId: entry.id,
+        event: entry.event,
+        offset: entry.offset,
+        attempt,
+        delayMs,
+        ...(batchSize !== undefined && { batchSize }),
+      }),
+    );
+  }
+
+  message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
     return {
       id: entry.id,
       event: entry.event,
@@ -186,7 +237,7 @@ export class MessageProcessor {
     };
   }
 
-  private async giveUp(
+  async giveUp(
     entry: RawEntry | MalformedEntry,
     partition: number,
     reason: GiveUpReason,

@@ -70,6 +70,8 @@ export class PartitionWorker {
   private readonly drained: Promise<never[]>;
   private onDrain!: () => void;
   private readonly batchContext: BatchContext;
+  /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
+  private readonly readSize: number;
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
@@ -78,6 +80,7 @@ export class PartitionWorker {
     this.committed = this.cursor = params.committed;
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
+    this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
   }
 
@@ -177,7 +180,8 @@ export class PartitionWorker {
   private async run(): Promise<void> {
     this.readFrom(this.cursor);
     while (!this.draining) {
-      const entries = await this.receive();
+      const received = await this.receive();
+      const entries = received && received.length > 0 ? await this.fillUp(received) : received;
       if (entries === null || (entries.length > 0 && (await this.takeOn(entries)) === 'end')) return;
     }
   }
@@ -198,6 +202,41 @@ export class PartitionWorker {
     if (this.draining) return null;
     if (entries.length === 0) this.readFrom(this.cursor);
     return entries;
+  }
+
+  /**
+   * Batch handlers with `maxWaitMs`: a read that brought fewer entries than
+   * their `maxSize` is topped up by further blocking reads (XREAD BLOCK with
+   * what is left of the wait as its timeout: nothing polls) until the batch
+   * is full or the wait is over. The largest `maxSize` and `maxWaitMs` of the
+   * batch handlers whose events are in hand apply. Not while recovering (one
+   * entry at a time). Null once stopping.
+   */
+  private async fillUp(entries: Entry[]): Promise<Entry[] | null> {
+    if (!this.params.processor.hasBatchHandlers || this.recovery.active) return entries;
+    let size = 0;
+    let waitMs = 0;
+    for (const entry of entries) {
+      const batch = this.params.processor.batchOf(entry);
+      if (batch) [size, waitMs] = [Math.max(size, batch.maxSize), Math.max(waitMs, batch.maxWaitMs)];
+    }
+    const deadline = performance.now() + waitMs;
+    let all = entries;
+    while (all.length < size) {
+      const left = Math.ceil(deadline - performance.now());
+      if (left <= 0) break;
+      let more: Entry[];
+      try {
+        more = await Promise.race([this.read(all[all.length - 1].offset, size - all.length, left), this.drained]);
+      } catch {
+        if (this.draining) return null;
+        break; // handle what is in hand; the next read meets the trouble and reports it
+      }
+      if (this.draining) return null;
+      if (more.length === 0) break;
+      all = all.concat(more);
+    }
+    return all;
   }
 
   /** Recovery check, idempotency lookup, then the batch itself. */
@@ -288,14 +327,14 @@ export class PartitionWorker {
 
   /** Starts the next read; one left behind by a stop may reject later, which is expected. */
   private readFrom(after: string): void {
-    this.next = this.read(after, this.recovery.readSize(this.params.options.batchSize));
+    this.next = this.read(after, this.recovery.readSize(this.readSize));
     this.next.catch(() => undefined);
   }
 
-  private async read(after: string, count: number): Promise<Entry[]> {
+  private async read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return [];
-    const reply = (await connection.xread('COUNT', count, 'BLOCK', BLOCK_MS, 'STREAMS', this.streamKey, after)) as XReadReply;
+    const reply = (await connection.xread('COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.streamKey, after)) as XReadReply;
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);
