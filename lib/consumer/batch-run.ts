@@ -8,6 +8,7 @@ import { HANDLED, MessageProcessor, Outcome } from './message-processor';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 import { describeError, errorStack } from '../util/describe-error';
+import { logRecord } from '../util/log-record';
 
 type Entry = RawEntry | MalformedEntry;
 
@@ -257,9 +258,17 @@ export class BatchRun {
   }
 
   private reportFailure(index: number, error: unknown): void {
+    const entry = this.entries[index];
+    const { group, partition } = this.context;
     BatchRun.logger.error(
-      `Could not finish entry ${this.entries[index].offset} of partition ${this.context.partition}: ${describeError(error)}`,
-      errorStack(error),
+      logRecord(`Could not finish entry ${entry.offset} of group "${group}" partition ${partition}: ${describeError(error)}`, {
+        group,
+        partition,
+        eventId: isMalformed(entry) ? undefined : entry.id,
+        event: isMalformed(entry) ? undefined : entry.event,
+        offset: entry.offset,
+        stack: errorStack(error),
+      }),
     );
   }
 }

@@ -157,7 +157,9 @@ export class MessageProcessor implements DeliveryTools {
       } catch (caught) {
         failed.push(handler);
         error = caught;
-        this.logger.debug(escapeControls(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`));
+        const msg = escapeControls(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`);
+        const { group, partition, id: eventId, event, offset, attempt } = message;
+        this.logger.debug(logRecord(msg, { group, partition, eventId, event, offset, attempt, handler: handler.name }));
       }
     }
     return { failed, error };

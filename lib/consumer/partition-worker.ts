@@ -7,6 +7,7 @@ import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError, errorStack } from '../util/describe-error';
+import { logRecord, type LogFields, type LogRecord } from '../util/log-record';
 import { withTimeout } from '../util/timeout';
 import { BatchContext, BatchRun } from './batch-run';
 import type { GroupStats } from './group-stats';
@@ -110,7 +111,7 @@ export class PartitionWorker {
   start(onEnd: (worker: PartitionWorker) => void): void {
     this.connection = this.params.redis.duplicate();
     this.loop = this.run().catch((error: unknown) => {
-      this.logger.error(`${this.describe()} stopped on an unexpected error: ${describeError(error)}`, errorStack(error));
+      this.logger.error(this.record(`stopped on an unexpected error: ${describeError(error)}`, { stack: errorStack(error) }));
       this.abort();
     });
     void this.loop.finally(() => onEnd(this));
@@ -142,12 +143,12 @@ export class PartitionWorker {
       () => false,
     );
     if (!finished) {
-      this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
+      this.logger.warn(this.record(`handlers still running after ${timeoutMs} ms; committing what is done`));
       this.halt();
     }
     if (!this.params.redis.isReady()) {
       // Nothing can be committed or released now: the next owner takes over when the lease expires.
-      this.logger.warn(`${this.describe()}: Redis is unreachable; leaving without a final commit`);
+      this.logger.warn(this.record(`Redis is unreachable; leaving without a final commit`));
       return;
     }
     try {
@@ -157,7 +158,7 @@ export class PartitionWorker {
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
       if (!this.lost) await this.params.lease.release();
     } catch (error) {
-      this.logger.warn(`${this.describe()}: could not commit and release on stop (${describeError(error)}); the lease expires on its own`);
+      this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
     }
   }
 
@@ -196,7 +197,7 @@ export class PartitionWorker {
       entries = await Promise.race([this.next, this.drained]);
     } catch (error) {
       if (this.draining) return null;
-      this.logger.warn(`${this.describe()}: read failed (${describeError(error)}); retrying`);
+      this.logger.warn(this.record(`read failed (${describeError(error)}); retrying`));
       return (await this.retryRead()) === 'continue' ? [] : null;
     }
     if (this.draining) return null;
@@ -250,7 +251,7 @@ export class PartitionWorker {
     try {
       alreadyDone = this.params.options.enableIdempotency ? await this.doneIds(entries) : undefined;
     } catch (error) {
-      this.logger.warn(`${this.describe()}: idempotency check failed (${describeError(error)}); retrying`);
+      this.logger.warn(this.record(`idempotency check failed (${describeError(error)}); retrying`));
       return this.retryRead();
     }
     return this.runBatch(new BatchRun(entries, { ...this.batchContext, alreadyDone }));
@@ -351,7 +352,7 @@ export class PartitionWorker {
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.
-      this.logger.warn(`${this.describe()}: commit of ${offset} failed (${describeError(error)}); dropping the partition`);
+      this.logger.warn(this.record(`commit of ${offset} failed (${describeError(error)}); dropping the partition`, { offset }));
       this.abort();
       return false;
     }
@@ -359,12 +360,18 @@ export class PartitionWorker {
       if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
       return true;
     }
-    this.logger.warn(`${this.describe()}: lease was taken over; dropping the partition without committing ${offset}`);
+    this.logger.warn(this.record(`lease was taken over; dropping the partition without committing ${offset}`, { offset }));
     this.abort();
     return false;
   }
 
   private describe(): string {
     return `Group "${this.params.lease.group}" partition ${this.params.lease.partition}`;
+  }
+
+  /** A log line of this partition: `text` after the group and partition, which are fields as well. */
+  private record(text: string, fields: LogFields = {}): LogRecord {
+    const { group, partition } = this.params.lease;
+    return logRecord(`${this.describe()}: ${text}`, { group, partition, ...fields });
   }
 }

@@ -7,6 +7,8 @@ export interface LogFields {
   eventId?: string;
   event?: string;
   offset?: string;
+  /** An error's stack: a field for JSON loggers, printed under the text on the console. */
+  stack?: string;
   /** Anything else a line wants to carry as a field (`attempt`, `delayMs`, `reason`, ...). */
   [field: string]: unknown;
 }
@@ -21,10 +23,12 @@ export interface LogFields {
  */
 export class LogRecord {
   readonly msg!: string;
+  readonly stack?: string;
 
   constructor(msg: string, fields: LogFields) {
-    // Own enumerable properties: nestjs-pino copies them with Object.assign.
-    Object.assign(this, fields, { msg });
+    // Own enumerable properties: nestjs-pino copies them with Object.assign. A field left undefined is left out.
+    for (const [key, value] of Object.entries(fields)) if (value !== undefined) (this as Record<string, unknown>)[key] = value;
+    (this as { msg: string }).msg = msg;
   }
 
   toString(): string {
@@ -33,7 +37,7 @@ export class LogRecord {
 
   /** `ConsoleLogger` inspects a non-string message: a class instance shows as what this returns, without an `Object(n)` dump. */
   [inspect.custom](): string {
-    return this.msg;
+    return this.stack ? `${this.msg}\n${this.stack}` : this.msg;
   }
 }
 
