@@ -40,7 +40,7 @@ class BenchBatchConsumer {
  */
 export function batchHandlers(size: Size): Scenario {
   const quick = size === 'quick';
-  const writes = quick ? 2_000 : 50_000;
+  const writes = quick ? 2_000 : 20_000;
   const calls = quick ? 300 : 5_000;
   return {
     id: 'batch-handlers',

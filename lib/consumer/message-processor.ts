@@ -14,12 +14,12 @@ import type { BatchBinding, HandlerBinding, HandlerMap } from './group-plan';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
-
 import { ABANDONED, HANDLED, GIVEN_UP, type Outcome } from './outcome';
 import { BatchProcessor, type DeliveryTools } from './batch-processor';
 import { retryVerdict } from './retry-policy';
 import { logRecord } from '../util/log-record';
 
+/** Re-exported from their own file (batch-processor.ts needs them without importing this one). */
 export { ABANDONED, HANDLED, GIVEN_UP, type Outcome };
 
 export type Payload = ReturnType<typeof decodePayload>;
