@@ -101,6 +101,16 @@ class Mixed {
 }
 
 @Injectable()
+class Hanger {
+  @OnEvent('ledger.entry', { group: 'hang', batch: { maxSize: 10 }, handlerTimeoutMs: 100, ...FAST_RETRIES })
+  async book(messages: Messages): Promise<void> {
+    world.calls.push({ ns: ns(messages), attempt: messages[0].attempt });
+    if (messages.some((m) => world.poison.has(m.data.n))) await new Promise(() => undefined);
+    for (const m of messages) world.handled.push(m.data.n);
+  }
+}
+
+@Injectable()
 class Clash {
   @OnEvent('ledger.entry', { group: 'ledger', batch: {} })
   book(): void {}
@@ -311,6 +321,36 @@ describe('batch handlers', () => {
     await admin.replayDeadLetters('ledger', [letter.id]);
     await waitFor(() => world.handled.includes(2), 'the replayed entry handled');
     expect(world.calls).toEqual([{ ns: [2], attempt: 1 }]);
+  });
+
+  it('fails a call that outlives handlerTimeoutMs like a throw: whole-batch retries, then only the hanging message dead-lettered', async () => {
+    world.poison.add(2);
+    const { app, published } = await startWithBacklog([Hanger], entries(1, 3));
+    await waitFor(async () => (await committed('hang')) === published[2].offset, 'the offset past the batch', 30_000);
+    expect(world.calls.map((c) => c.ns)).toEqual([[1, 2, 3], [1, 2, 3], [1, 2, 3], [1], [2], [3]]);
+    const [letter, ...others] = await app.get(EventrailAdmin).deadLetters('hang');
+    expect(others).toEqual([]);
+    expect(letter).toMatchObject({ data: { n: 2 }, reason: 'retries-exhausted', error: { name: 'HandlerTimeoutError' } });
+    expect(world.handled).toEqual([1, 3]);
+  });
+
+  it('reports metrics per message: processed for each one handled, errors for failed calls and reported messages', async () => {
+    const processed: string[] = [];
+    const errors: Array<{ attempt: number; message: string }> = [];
+    const deadLettered: string[] = [];
+    world.reported = new Set([2]);
+    world.reportsLeft = 1;
+    const { published } = await startWithBacklog([Ledger], entries(1, 3), {
+      metrics: {
+        onMessageProcessed: (group, event) => processed.push(`${group}:${event}`),
+        onHandlerError: (_group, _event, error, attempt) => errors.push({ attempt, message: (error as Error).message }),
+        onMessageDeadLettered: (_group, _event, offset) => deadLettered.push(offset),
+      },
+    });
+    await waitFor(async () => (await committed('ledger')) === published[2].offset, 'the offset past the batch');
+    expect(processed).toEqual(['ledger:ledger.entry', 'ledger:ledger.entry', 'ledger:ledger.entry']);
+    expect(errors).toEqual([{ attempt: 1, message: 'row 2 refused' }]);
+    expect(deadLettered).toEqual([]);
   });
 
   it('refuses a batch handler next to another handler of the same event in its group, at startup', async () => {
