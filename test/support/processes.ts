@@ -22,6 +22,8 @@ export interface WorkerConfig {
   gateSeqs?: readonly number[];
   /** Handle with a batch handler of these options instead (each message still reported on its own). */
   batch?: BatchOptions;
+  /** With `batch`: a batch holding one of these seqs SIGKILLs its worker from inside the handler. */
+  killSeqs?: readonly number[];
 }
 
 /** One handler call as the worker saw it; times are high-resolution epoch ms (same clock on one host). */
@@ -220,5 +222,6 @@ function workerEnv(config: WorkerConfig): Record<string, string> {
     WORKER_DELAY_MS: `${min}-${max}`,
     WORKER_GATE_SEQS: (config.gateSeqs ?? []).join(','),
     ...(config.batch && { WORKER_BATCH: JSON.stringify(config.batch) }),
+    WORKER_KILL_SEQS: (config.killSeqs ?? []).join(','),
   };
 }

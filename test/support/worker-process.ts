@@ -16,6 +16,8 @@ const PARTITIONS = Number(required('WORKER_PARTITIONS'));
 const CONSUMER = JSON.parse(process.env.WORKER_CONSUMER ?? '{}') as ConsumerOptions;
 const [DELAY_MIN, DELAY_MAX] = (process.env.WORKER_DELAY_MS ?? '0-0').split('-').map(Number);
 const BATCH = process.env.WORKER_BATCH ? (JSON.parse(process.env.WORKER_BATCH) as BatchOptions) : undefined;
+/** A batch holding one of these seqs kills its process (SIGKILL, from inside the handler): a poison message. */
+const KILL_SEQS = new Set((process.env.WORKER_KILL_SEQS ?? '').split(',').filter(Boolean).map(Number));
 const GATE_SEQS = new Set((process.env.WORKER_GATE_SEQS ?? '').split(',').filter(Boolean).map(Number));
 
 /** Opened once by the parent's `open` command; gated handlers wait for it. */
@@ -79,6 +81,7 @@ class BatchRecorder {
       startedAt: now(),
     }));
     for (const delivery of deliveries) await report({ type: 'started', ...delivery });
+    if (deliveries.some((d) => KILL_SEQS.has(d.seq))) process.kill(process.pid, 'SIGKILL');
     await handlerDelay();
     if (deliveries.some((d) => GATE_SEQS.has(d.seq))) await gate;
     for (const delivery of deliveries) await report({ type: 'handled', ...delivery, endedAt: now() });
