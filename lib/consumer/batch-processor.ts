@@ -17,6 +17,7 @@ export interface DeliveryTools {
   decode(entry: RawEntry): Payload;
   message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage;
   pause(stop: StopSignal, ms: number): Promise<boolean>;
+  failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date>;
   warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void;
   giveUp(
     entry: RawEntry | MalformedEntry,
@@ -91,8 +92,9 @@ export class BatchProcessor {
         failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
       } catch (error) {
         const now = new Date();
-        firstFailedAt ??= now;
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
+        // Remembered under the batch's first entry: a batch after a restart starts at the same one.
+        firstFailedAt ??= await this.tools.failingSince(members[0].entry, partition, now, error);
         const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
         if ('giveUp' in verdict) {
           // Split: each message alone, at once, with what is left of the budget.
@@ -114,12 +116,12 @@ export class BatchProcessor {
         else outcomes[member.index] = HANDLED;
       });
       for (const [i, error] of failures) this.metrics.emit('onHandlerError', this.group, members[i].entry.event, error, attempt);
-      await this.each(pending, partition, binding, stop, outcomes, (member) => ({
-        attempt,
-        firstFailedAt: firstFailedAt ?? failedAt,
-        error: failures.get(members.indexOf(member)),
-        hasError: true,
-      }));
+      await this.each(pending, partition, binding, stop, outcomes, async (member) => {
+        const error = failures.get(members.indexOf(member));
+        // Each reported message fails on its own from here: remembered under its own offset.
+        const since = firstFailedAt ?? (await this.tools.failingSince(member.entry, partition, failedAt, error));
+        return { attempt, firstFailedAt: since, error, hasError: true };
+      });
       return;
     }
   }
@@ -131,10 +133,10 @@ export class BatchProcessor {
     binding: BatchBinding,
     stop: StopSignal,
     outcomes: Outcome[],
-    start: (member: Member) => RetryStart,
+    start: (member: Member) => RetryStart | Promise<RetryStart>,
   ): Promise<void> {
     for (const member of members) {
-      outcomes[member.index] = await this.alone(member, partition, binding, stop, start(member));
+      outcomes[member.index] = await this.alone(member, partition, binding, stop, await start(member));
       if (outcomes[member.index] === ABANDONED) return;
     }
   }

@@ -10,6 +10,7 @@ import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './group-plan';
 import { AcquiredLease, PartitionLease } from './lease';
 import { GroupMembership, WorkerIdentity } from './membership';
+import { FailureMemory } from './failure-memory';
 import { MessageProcessor } from './message-processor';
 import { PartitionWorker } from './partition-worker';
 import { Semaphore } from './semaphore';
@@ -58,7 +59,7 @@ export class GroupConsumer {
   ) {
     this.semaphore = new Semaphore(options.concurrency);
     this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
-    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics);
+    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
   }
 
   /** Partitions this process works right now. */

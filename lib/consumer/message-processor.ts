@@ -3,13 +3,15 @@ import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { CrashLoopError } from '../errors/crash-loop.error';
+import { NonRetryableError } from '../errors/non-retryable.error';
 import { DecodeError } from '../errors/decode.error';
 import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
-import { describeThrown } from '../util/describe-error';
+import { describeThrown, isInstanceOf } from '../util/describe-error';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
+import type { FailureMemory } from './failure-memory';
 import type { BatchBinding, HandlerBinding, HandlerMap } from './group-plan';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { Semaphore } from './semaphore';
@@ -45,6 +47,8 @@ export class MessageProcessor implements DeliveryTools {
     /** The group's concurrency limit; the caller holds a permit while an entry runs. */
     private readonly semaphore: Semaphore,
     private readonly metrics: MetricsHooks,
+    /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
+    private readonly memory?: FailureMemory,
   ) {
     this.batches = new BatchProcessor(group, options, metrics, this);
     const sizes = [...handlers.values()].flatMap((list) => list.flatMap((b) => (b.batch ? [b.batch.maxSize] : [])));
@@ -133,10 +137,11 @@ export class MessageProcessor implements DeliveryTools {
     stop: StopSignal,
     error: unknown,
     attempt: number,
-    firstFailedAt = new Date(),
+    firstFailure?: Date,
   ): Promise<Outcome> {
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
+    const firstFailedAt = firstFailure ?? (await this.failingSince(entry, partition, now, error));
     const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
     if ('giveUp' in verdict) return this.giveUp(entry, partition, verdict.giveUp, error, attempt, firstFailedAt, now);
     this.warnRetry(entry, partition, attempt, verdict.retryInMs, error);
@@ -179,6 +184,16 @@ export class MessageProcessor implements DeliveryTools {
         throw new HandlerTimeoutError(handler.name, timeoutMs);
       },
     );
+  }
+
+  /**
+   * Since when the entry has been failing: in any worker when retrying by
+   * time (the budget survives restarts and takeovers), else from `now`. Not
+   * asked for an error that gives the message up at once.
+   */
+  async failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date> {
+    if (this.options.maxRetryAgeMs <= 0 || !this.memory || isInstanceOf(error, NonRetryableError)) return now;
+    return this.memory.failingSince(partition, entry.offset, now);
   }
 
   /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */

@@ -48,6 +48,15 @@ class ShortBudget {
 }
 
 @Injectable()
+class MediumBudget {
+  @OnEvent('ledger.entry', { group: 'medium', maxRetryAgeMs: 1_500, ...QUICK })
+  book(message: EventrailMessage<Data>): void {
+    dependency.call(message.data.n, message.attempt);
+    dependency.handled.push(message.data.n);
+  }
+}
+
+@Injectable()
 class BatchBookkeeper {
   @OnEvent('ledger.entry', { group: 'bulk', maxRetryAgeMs: 600_000, batch: { maxSize: 10 }, ...QUICK })
   book(messages: EventrailMessage<Data>[]): void {
@@ -132,6 +141,28 @@ describe('retry by time (maxRetryAgeMs)', () => {
     dependency.up = true;
     await publishAll(app, [2]);
     await waitFor(() => dependency.handled.includes(2), 'the next entry handled');
+  });
+
+  it('keeps the budget across a restart: the next worker counts from the first failure anywhere', async () => {
+    const first = await start([MediumBudget]);
+    dependency.up = false;
+    const published = await publishAll(first, [1]);
+    await waitFor(() => attemptsOf(1).length >= 3, 'entry 1 failing in the first worker');
+    await first.close();
+    apps = apps.filter((app) => app !== first);
+    const firstFailure = attemptsOf(1)[0].at;
+    const inFirst = attemptsOf(1).length;
+
+    const second = await start([MediumBudget]);
+    const admin = second.get(EventrailAdmin);
+    await waitFor(async () => (await admin.deadLetterCount('medium')) === 1, 'entry 1 dead-lettered by the second worker', 30_000);
+    const [letter] = await admin.deadLetters('medium');
+    const secondStart = attemptsOf(1)[inFirst].at;
+    expect(letter).toMatchObject({ eventId: published[0].id, reason: 'retries-exhausted' });
+    // The budget ran from the first worker's first failure, not from the second worker's first attempt.
+    expect(letter.firstFailedAt.getTime()).toBeGreaterThanOrEqual(firstFailure);
+    expect(letter.firstFailedAt.getTime()).toBeLessThan(secondStart);
+    expect(letter.failedAt.getTime() - letter.firstFailedAt.getTime()).toBeGreaterThanOrEqual(1_500);
   });
 
   it('still dead-letters a NonRetryableError at once', async () => {
