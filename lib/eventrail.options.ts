@@ -47,9 +47,18 @@ export interface ConsumerOptions {
   initialOffset?: InitialOffset;
   /**
    * Retries of a failing handler, in place, before the message is given up.
+   * Where `maxRetryAgeMs` is set without `maxRetries` next to it (in the same options object), the count
+   * is unlimited and the time budget alone decides.
    * @default 5
    */
   maxRetries?: number;
+  /**
+   * Retry by time: a failing message is retried (with the capped backoff, the partition waiting) until it
+   * has been failing for this long, then given up (`retries-exhausted`). With `maxRetries` set as well,
+   * whichever limit comes first. 0 turns it off (count-based retries only, as the original eventrail).
+   * @default 0
+   */
+  maxRetryAgeMs?: number;
   /**
    * First retry delay; doubles on every retry, with jitter.
    * @default 1000
@@ -215,6 +224,7 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   shutdownTimeoutMs: 10_000,
   initialOffset: { mode: 'fromStart' } as InitialOffset,
   maxRetries: 5,
+  maxRetryAgeMs: 0,
   retryBackoffMs: 1_000,
   retryBackoffMaxMs: 30_000,
   maxDeliveries: 10,
@@ -360,12 +370,20 @@ export function resolveConsumerOptions(
     const value = overrides[key];
     if (value !== undefined) (merged as unknown as Record<string, unknown>)[key] = value;
   }
+  // A time budget given without a count: the count no longer limits (see `maxRetries`).
+  if (overrides.maxRetryAgeMs !== undefined && overrides.maxRetries === undefined && overrides.maxRetryAgeMs !== 0) {
+    merged.maxRetries = Number.POSITIVE_INFINITY;
+  }
   checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
   checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
   checkInteger(`${path}.lockTtlMs`, merged.lockTtlMs, 300, 3_600_000);
   checkInteger(`${path}.heartbeatTtlMs`, merged.heartbeatTtlMs, 300, 3_600_000);
   checkInteger(`${path}.shutdownTimeoutMs`, merged.shutdownTimeoutMs, 0, 3_600_000);
-  checkInteger(`${path}.maxRetries`, merged.maxRetries, 0, 1_000);
+  // Unlimited only by the rule above (or inherited from it); a count given is an integer.
+  if (overrides.maxRetries !== undefined || merged.maxRetries !== Number.POSITIVE_INFINITY) {
+    checkInteger(`${path}.maxRetries`, merged.maxRetries, 0, 1_000);
+  }
+  checkInteger(`${path}.maxRetryAgeMs`, merged.maxRetryAgeMs, 0, 30 * 86_400_000);
   checkInteger(`${path}.retryBackoffMs`, merged.retryBackoffMs, 0, 3_600_000);
   checkInteger(`${path}.retryBackoffMaxMs`, merged.retryBackoffMaxMs, 0, 86_400_000);
   checkInteger(`${path}.maxDeliveries`, merged.maxDeliveries, 1, 1_000);
@@ -415,4 +433,19 @@ function validateMetrics(metrics: EventrailMetrics): EventrailMetrics {
     if (hook !== undefined && typeof hook !== 'function') throw new InvalidOptionError(`metrics.${name}`, hook, 'a function');
   }
   return metrics;
+}
+
+/** Defaults of `batch` in `@OnEvent` options (see `BatchOptions`). */
+export const DEFAULT_BATCH_OPTIONS = Object.freeze({ maxSize: 100, maxWaitMs: 0 });
+const BATCH_OPTION_NAMES = Object.keys(DEFAULT_BATCH_OPTIONS);
+
+/** Validates `batch` of an `@OnEvent` and applies its defaults; `path` names it in errors. */
+export function resolveBatchOptions(path: string, batch: unknown): { maxSize: number; maxWaitMs: number } {
+  checkObject(path, batch, 'an object: { maxSize?, maxWaitMs? }');
+  rejectUnknownKeys(path, batch, BATCH_OPTION_NAMES);
+  const given = batch as { maxSize?: unknown; maxWaitMs?: unknown };
+  return {
+    maxSize: checkInteger(`${path}.maxSize`, given.maxSize ?? DEFAULT_BATCH_OPTIONS.maxSize, 1, 10_000),
+    maxWaitMs: checkInteger(`${path}.maxWaitMs`, given.maxWaitMs ?? DEFAULT_BATCH_OPTIONS.maxWaitMs, 0, 60_000),
+  };
 }

@@ -75,3 +75,8 @@ export { EventrailDashboardLink } from './dashboard/eventrail-dashboard-link';
 export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
 export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
 export { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';
+// Batch handlers and retry by time (issue 14).
+export type { BatchOptions } from './decorators/on-event.decorator';
+export type { BatchResult } from './consumer/batch-result';
+export { DEFAULT_BATCH_OPTIONS } from './eventrail.options';
+export { InvalidBatchResultError } from './errors/invalid-batch-result.error';

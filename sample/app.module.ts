@@ -5,6 +5,7 @@ import { Registry } from 'prom-client';
 import { EventrailDashboardModule, EventrailModule } from 'nestjs-eventrail';
 import { EventrailHealthModule } from 'nestjs-eventrail/health';
 import { createPrometheusMetrics } from 'nestjs-eventrail/prometheus';
+import { AuditLogService } from './audit-log.service';
 import { GroupGauges } from './group-gauges';
 import { HealthController } from './health.controller';
 import { LedgerController } from './ledger.controller';
@@ -44,6 +45,6 @@ import { PaymentsController } from './payments.controller';
     }),
   ],
   controllers: [PaymentsController, LedgerController, HealthController, MetricsController],
-  providers: [MailerService, LedgerService, GroupGauges],
+  providers: [MailerService, LedgerService, GroupGauges, AuditLogService],
 })
 export class AppModule {}

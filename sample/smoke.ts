@@ -1,6 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { EventrailDashboardLink } from 'nestjs-eventrail';
+import { AuditLogService } from './audit-log.service';
 import { LedgerService } from './ledger.service';
 import { MailerService } from './mailer.service';
 
@@ -33,10 +34,11 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
 
   const mailer = app.get(MailerService);
   const ledger = app.get(LedgerService);
-  const pending = (): string[] => ids.filter((id) => !mailer.hasSent(id) || !ledger.hasRecorded(id));
+  const audit = app.get(AuditLogService);
+  const pending = (): string[] => ids.filter((id) => !mailer.hasSent(id) || !ledger.hasRecorded(id) || !audit.hasRecorded(id));
   while (pending().length > 0) {
     if (Date.now() - started > TIMEOUT_MS) {
-      console.error(`SAMPLE SMOKE FAILED: after ${TIMEOUT_MS} ms, not handled by both groups: ${pending().join(', ')}`);
+      console.error(`SAMPLE SMOKE FAILED: after ${TIMEOUT_MS} ms, not handled by every group: ${pending().join(', ')}`);
       return false;
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -44,7 +46,8 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
   const totals = await (await fetch(`${baseUrl}/ledger`)).json();
   if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl)) || !(await dashboardAnswers(app))) return false;
   console.log(
-    `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger in ${Date.now() - started} ms; ` +
+    `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger and by the batch handler of audit ` +
+      `(${JSON.stringify(audit.stats())}) in ${Date.now() - started} ms; ` +
       `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present; ` +
       `the logged dashboard link: the page, and its API listing both groups with the link's token`,
   );

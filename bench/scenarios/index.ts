@@ -1,4 +1,5 @@
 import type { ScenarioFactory } from '../support/scenario';
+import { batchHandlers } from './batch-handlers';
 import { cluster } from './cluster';
 import { drain } from './drain';
 import { idle } from './idle';
@@ -20,4 +21,5 @@ export const scenarioFactories: ScenarioFactory[] = [
   idle,
   listLock,
   cluster,
+  batchHandlers,
 ];

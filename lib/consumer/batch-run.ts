@@ -2,10 +2,13 @@ import { Logger } from '@nestjs/common';
 import { isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { GroupStats } from './group-stats';
+import { formUnits, type Route, type Unit } from './batch-units';
+import type { BatchBinding } from './group-plan';
 import { HANDLED, MessageProcessor, Outcome } from './message-processor';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
 import { describeError, errorStack } from '../util/describe-error';
+import { logRecord } from '../util/log-record';
 
 type Entry = RawEntry | MalformedEntry;
 
@@ -62,7 +65,93 @@ export class BatchRun {
 
   /** Resolves when every entry is done, or has been left undone because of a stop or a failure. */
   run(concurrency: number): Promise<void> {
+    if (this.context.processor.hasBatchHandlers) return this.runUnits(concurrency);
     return concurrency === 1 ? this.runInOrder() : this.runByKey();
+  }
+
+  /**
+   * A group with batch handlers: the entries are cut into units (see
+   * `formUnits`), a batch handler's call over consecutive entries or a single
+   * entry. With concurrency 1 the units run in order; above it, a unit starts
+   * once every earlier unit sharing a key with it is done (keyless entries
+   * share one key), so per-key order holds and units of disjoint keys run side
+   * by side.
+   */
+  private async runUnits(concurrency: number): Promise<void> {
+    const units = formUnits(this.routes());
+    if (concurrency === 1) {
+      for (const unit of units) if (!(await this.runUnit(unit))) return;
+      return;
+    }
+    const tails = new Map<string, Promise<boolean>>();
+    const tasks: Array<Promise<boolean>> = [];
+    for (const unit of units) {
+      const keys = this.keysOf(unit);
+      const before = [...keys].flatMap((key) => tails.get(key) ?? []);
+      const task = before.length === 0 ? this.runUnit(unit) : Promise.all(before).then((oks) => oks.every(Boolean) && this.runUnit(unit));
+      for (const key of keys) tails.set(key, task);
+      tasks.push(task);
+    }
+    await Promise.all(tasks);
+  }
+
+  /** How each entry runs; entries passed over, and duplicates known before the batch, are done here. */
+  private routes(): Array<Route<BatchBinding>> {
+    const { processor, alreadyDone } = this.context;
+    const seen = new Set<string>();
+    return this.entries.map((entry, i) => {
+      if (!processor.wants(entry)) {
+        this.passOver(i);
+        return 'skip';
+      }
+      const batch = processor.batchOf(entry);
+      if (!batch || isMalformed(entry)) return 'single';
+      if (!alreadyDone) return batch;
+      if (this.isDuplicate(i)) return 'skip';
+      // The same id again in this fetch: it runs on its own, after the first, which may have marked it done.
+      if (seen.has(entry.id)) return 'single';
+      seen.add(entry.id);
+      return batch;
+    });
+  }
+
+  private keysOf(unit: Unit<BatchBinding>): Set<string> {
+    const keys = new Set<string>();
+    for (const index of unit.indexes) {
+      const entry = this.entries[index];
+      // A malformed entry has no trustworthy key: it waits for nobody.
+      if (!isMalformed(entry)) keys.add(entry.key ?? '');
+    }
+    return keys;
+  }
+
+  private runUnit(unit: Unit<BatchBinding>): Promise<boolean> {
+    return unit.batch ? this.runBatchUnit(unit.indexes, unit.batch) : this.runOne(unit.indexes[0]);
+  }
+
+  /** One batch handler call over `indexes` (retries and the split included), under one permit. */
+  private async runBatchUnit(indexes: number[], batch: BatchBinding): Promise<boolean> {
+    const { processor, semaphore, stop, partition, metrics } = this.context;
+    if (!semaphore.tryAcquire()) await semaphore.acquire();
+    const started = metrics.wantsDuration ? performance.now() : 0;
+    let outcomes: Outcome[];
+    try {
+      if (stop.stopped) return false;
+      outcomes = await processor.processBatch(
+        indexes.map((i) => this.entries[i] as RawEntry),
+        batch,
+        partition,
+        stop,
+      );
+    } catch (error) {
+      this.reportFailure(indexes[0], error);
+      return false;
+    } finally {
+      semaphore.release();
+    }
+    let done = true;
+    indexes.forEach((index, i) => (done = this.settle(index, outcomes[i], started) && done));
+    return done;
   }
 
   private async runInOrder(): Promise<void> {
@@ -169,9 +258,17 @@ export class BatchRun {
   }
 
   private reportFailure(index: number, error: unknown): void {
+    const entry = this.entries[index];
+    const { group, partition } = this.context;
     BatchRun.logger.error(
-      `Could not finish entry ${this.entries[index].offset} of partition ${this.context.partition}: ${describeError(error)}`,
-      errorStack(error),
+      logRecord(`Could not finish entry ${entry.offset} of group "${group}" partition ${partition}: ${describeError(error)}`, {
+        group,
+        partition,
+        eventId: isMalformed(entry) ? undefined : entry.id,
+        event: isMalformed(entry) ? undefined : entry.event,
+        offset: entry.offset,
+        stack: errorStack(error),
+      }),
     );
   }
 }

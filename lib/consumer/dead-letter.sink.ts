@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { isMalformed } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { describeThrown } from '../util/describe-error';
+import { logRecord } from '../util/log-record';
 import { encodeDeadLetter } from '../log/dead-letter.codec';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
@@ -29,11 +30,21 @@ export class DeadLetterSink implements FailedMessageSink {
     const id = isMalformed(entry) ? entry.offset : `${entry.id} (${entry.event})`;
     const { message } = describeThrown(failed.error);
     // Ids, event names and error messages can come from producers: logged inert.
+    const msg = escapeControls(
+      `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
+        `after ${failed.attempts} attempt(s), ${failed.reason}: ${message}`,
+    );
     this.logger.error(
-      escapeControls(
-        `Dead-lettered event ${id} at ${entry.offset} in group "${failed.group}" partition ${failed.partition} ` +
-          `after ${failed.attempts} attempt(s), ${failed.reason}: ${message}`,
-      ),
+      logRecord(msg, {
+        group: failed.group,
+        partition: failed.partition,
+        eventId: isMalformed(entry) ? undefined : entry.id,
+        event: isMalformed(entry) ? undefined : entry.event,
+        offset: entry.offset,
+        reason: failed.reason,
+        attempts: failed.attempts,
+        deadLetterId: letterId,
+      }),
     );
   }
 }

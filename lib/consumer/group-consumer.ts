@@ -4,11 +4,13 @@ import type { EventrailRedis } from '../redis/eventrail-redis';
 import { countEntriesAfter } from '../log/lag';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import { describeError } from '../util/describe-error';
+import { logRecord } from '../util/log-record';
 import { newGroupStats } from './group-stats';
 import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './group-plan';
 import { AcquiredLease, PartitionLease } from './lease';
 import { GroupMembership, WorkerIdentity } from './membership';
+import { FailureMemory } from './failure-memory';
 import { MessageProcessor } from './message-processor';
 import { PartitionWorker } from './partition-worker';
 import { Semaphore } from './semaphore';
@@ -57,7 +59,7 @@ export class GroupConsumer {
   ) {
     this.semaphore = new Semaphore(options.concurrency);
     this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
-    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics);
+    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
   }
 
   /** Partitions this process works right now. */
@@ -97,7 +99,11 @@ export class GroupConsumer {
       await this.membership.leave();
       await this.announce(this.name);
     } catch (error) {
-      this.logger.warn(`Group "${this.name}": could not leave cleanly (${describeError(error)}); membership expires on its own`);
+      this.logger.warn(
+        logRecord(`Group "${this.name}": could not leave cleanly (${describeError(error)}); membership expires on its own`, {
+          group: this.name,
+        }),
+      );
     }
   }
 
@@ -114,16 +120,18 @@ export class GroupConsumer {
       owned.forEach((w, i) => {
         // 'unknown': the renewal did not reach Redis; the lease may still hold, try again next tick.
         if (renewed[i] !== 'lost') return;
-        this.logger.warn(`Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`);
+        const msg = `Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`;
+        this.logger.warn(logRecord(msg, { group: this.name, partition: w.partition }));
         w.abort();
       });
-      if (this.tickFailing) this.logger.log(`Group "${this.name}": Redis answers again`);
+      if (this.tickFailing) this.logger.log(logRecord(`Group "${this.name}": Redis answers again`, { group: this.name }));
       this.tickFailing = false;
       this.members = members;
       await this.rebalancer.run();
       if (this.metrics.wantsLag) await this.sampleLag();
     } catch (error) {
-      if (!this.tickFailing) this.logger.warn(`Group "${this.name}": heartbeat failed (${describeError(error)}); retrying`);
+      if (!this.tickFailing)
+        this.logger.warn(logRecord(`Group "${this.name}": heartbeat failed (${describeError(error)}); retrying`, { group: this.name }));
       this.tickFailing = true;
     }
   }
@@ -150,7 +158,11 @@ export class GroupConsumer {
     if (owned.length > share) {
       // Hand back the partitions furthest from this worker's preferred range.
       const extras = owned.slice(share);
-      this.logger.log(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`);
+      this.logger.log(
+        logRecord(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`, {
+          group: this.name,
+        }),
+      );
       await Promise.all(extras.flatMap((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true) ?? []));
       await this.announce(this.name);
       return;
@@ -196,7 +208,8 @@ export class GroupConsumer {
     worker.start((ended) => this.onWorkerEnd(ended));
     this.metrics.emit('onLeaseAcquired', this.name, partition);
     const how = recovering ? ' from a worker that did not release it (recovering one entry at a time)' : '';
-    this.logger.log(`Group "${this.name}": took partition ${partition} at offset ${committed}${how}`);
+    const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
+    this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering }));
     return true;
   }
 

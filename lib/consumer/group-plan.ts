@@ -1,14 +1,33 @@
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 
+/** A batch handler's sizing, resolved from `@OnEvent(..., { batch })`. */
+export interface ResolvedBatchOptions {
+  maxSize: number;
+  maxWaitMs: number;
+}
+
+/** What a batch handler adds to its binding: its sizing, and the call that takes the whole batch. */
+export interface BatchBinding extends ResolvedBatchOptions {
+  /** `ClassName.method`, for logs and errors. */
+  name: string;
+  call: (messages: EventrailMessage[]) => unknown;
+}
+
 /** One `@OnEvent` method bound to its provider instance. */
 export interface HandlerBinding {
   /** `ClassName.method`, for logs. */
   name: string;
+  /**
+   * Handles one message. For a batch handler, a call with a one-message batch
+   * that fails when the handler reports the message in `failed`.
+   */
   call: (message: EventrailMessage) => unknown;
+  /** Set for a batch handler (`batch` in `@OnEvent`): the only handler of its events in the group. */
+  batch?: BatchBinding;
 }
 
-/** Handlers of one group, by event type. Several methods may handle the same event. */
+/** Handlers of one group, by event type. Several methods may handle the same event, unless one is a batch handler. */
 export type HandlerMap = ReadonlyMap<string, readonly HandlerBinding[]>;
 
 /**

@@ -2,36 +2,42 @@ import { Logger } from '@nestjs/common';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
-import { NonRetryableError } from '../errors/non-retryable.error';
 import { CrashLoopError } from '../errors/crash-loop.error';
+import { NonRetryableError } from '../errors/non-retryable.error';
 import { DecodeError } from '../errors/decode.error';
 import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
 import { describeThrown, isInstanceOf } from '../util/describe-error';
-import { retryDelayMs } from './backoff';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
-import type { HandlerBinding, HandlerMap } from './group-plan';
+import type { FailureMemory } from './failure-memory';
+import type { BatchBinding, HandlerBinding, HandlerMap } from './group-plan';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { Semaphore } from './semaphore';
 import type { StopSignal } from './stop-signal';
+import { ABANDONED, HANDLED, GIVEN_UP, type Outcome } from './outcome';
+import { BatchProcessor, type DeliveryTools } from './batch-processor';
+import { retryVerdict } from './retry-policy';
+import { logRecord } from '../util/log-record';
 
-/** How an entry ended: not done (a stop cut its retries short), handled, or given up (dead-lettered). */
-export const ABANDONED = 0;
-export const HANDLED = 1;
-export const GIVEN_UP = 2;
-export type Outcome = typeof ABANDONED | typeof HANDLED | typeof GIVEN_UP;
+/** Re-exported from their own file (batch-processor.ts needs them without importing this one). */
+export { ABANDONED, HANDLED, GIVEN_UP, type Outcome };
 
-type Payload = ReturnType<typeof decodePayload>;
+export type Payload = ReturnType<typeof decodePayload>;
 
 /**
  * Runs one entry through every handler the group has for its event type,
  * retries the failed ones in place with backoff, and hands what cannot be
  * handled to the dead-letter sink.
  */
-export class MessageProcessor {
+export class MessageProcessor implements DeliveryTools {
   private readonly logger = new Logger(MessageProcessor.name);
+  private readonly batches: BatchProcessor;
+  /** True when the group has a batch handler: batches then form in `BatchRun`. */
+  readonly hasBatchHandlers: boolean;
+  /** The largest `maxSize` of the group's batch handlers (0 without any): a read brings at least that many. */
+  readonly largestBatch: number;
 
   constructor(
     private readonly group: string,
@@ -41,7 +47,28 @@ export class MessageProcessor {
     /** The group's concurrency limit; the caller holds a permit while an entry runs. */
     private readonly semaphore: Semaphore,
     private readonly metrics: MetricsHooks,
-  ) {}
+    /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
+    private readonly memory?: FailureMemory,
+  ) {
+    this.batches = new BatchProcessor(group, options, metrics, this);
+    const sizes = [...handlers.values()].flatMap((list) => list.flatMap((b) => (b.batch ? [b.batch.maxSize] : [])));
+    this.hasBatchHandlers = sizes.length > 0;
+    this.largestBatch = Math.max(0, ...sizes);
+  }
+
+  /** The batch handler of this entry's event, if a batch handler handles it (it is then its only handler). */
+  batchOf(entry: RawEntry | MalformedEntry): BatchBinding | undefined {
+    return isMalformed(entry) ? undefined : this.handlers.get(entry.event)?.[0]?.batch;
+  }
+
+  /**
+   * Runs `entries` (consecutive, wanted, well-formed entries of one partition
+   * whose events `binding` handles) through the batch handler; the caller
+   * holds a permit. One outcome per entry.
+   */
+  processBatch(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
+    return this.batches.process(entries, binding, partition, stop);
+  }
 
   /** True when the group handles this entry; other entries are done without a call. */
   wants(entry: RawEntry | MalformedEntry): boolean {
@@ -61,7 +88,7 @@ export class MessageProcessor {
     if (!handlers) return HANDLED;
     let payload: Payload;
     try {
-      payload = decodePayload(entry);
+      payload = this.decode(entry);
     } catch (error) {
       return this.giveUp(entry, partition, 'malformed', error, 0, new Date());
     }
@@ -110,29 +137,15 @@ export class MessageProcessor {
     stop: StopSignal,
     error: unknown,
     attempt: number,
-    firstFailedAt = new Date(),
+    firstFailure?: Date,
   ): Promise<Outcome> {
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
-    if (isInstanceOf(error, NonRetryableError)) return this.giveUp(entry, partition, 'non-retryable', error, attempt, firstFailedAt, now);
-    if (attempt > this.options.maxRetries) return this.giveUp(entry, partition, 'retries-exhausted', error, attempt, firstFailedAt, now);
-    const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
-    this.logger.warn(
-      escapeControls(
-        `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition}, attempt ${attempt}; ` +
-          `retrying in ${delay} ms: ${describe(error)}`,
-      ),
-    );
-    // The permit goes back during the backoff, so other partitions of the group keep going.
-    this.semaphore.release();
-    let stopped: boolean;
-    try {
-      stopped = await stop.sleep(delay);
-    } finally {
-      await this.semaphore.acquire();
-    }
-    // Stopped, or the lease may have expired during the wait: the retry waits for a renewal or another owner.
-    if (stopped || stop.stopped) return ABANDONED;
+    const firstFailedAt = firstFailure ?? (await this.failingSince(entry, partition, now, error));
+    const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+    if ('giveUp' in verdict) return this.giveUp(entry, partition, verdict.giveUp, error, attempt, firstFailedAt, now);
+    this.warnRetry(entry, partition, attempt, verdict.retryInMs, error);
+    if (await this.pause(stop, verdict.retryInMs)) return ABANDONED;
     // Only the handlers that failed run again: the others already did their work.
     return this.attempt(entry, payload, failed, partition, stop, attempt + 1, firstFailedAt);
   }
@@ -149,7 +162,9 @@ export class MessageProcessor {
       } catch (caught) {
         failed.push(handler);
         error = caught;
-        this.logger.debug(escapeControls(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`));
+        const msg = escapeControls(`${handler.name} threw on event ${message.id} in group "${this.group}": ${describe(caught)}`);
+        const { group, partition, id: eventId, event, offset, attempt } = message;
+        this.logger.debug(logRecord(msg, { group, partition, eventId, event, offset, attempt, handler: handler.name }));
       }
     }
     return { failed, error };
@@ -171,7 +186,60 @@ export class MessageProcessor {
     );
   }
 
-  private message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
+  /**
+   * Since when the entry has been failing: in any worker when retrying by
+   * time (the budget survives restarts and takeovers), else from `now`. Not
+   * asked for an error that gives the message up at once.
+   */
+  async failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date> {
+    if (this.options.maxRetryAgeMs <= 0 || !this.memory || isInstanceOf(error, NonRetryableError)) return now;
+    return this.memory.failingSince(partition, entry.offset, now);
+  }
+
+  /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */
+  decode(entry: RawEntry): Payload {
+    return decodePayload(entry);
+  }
+
+  /**
+   * Waits a retry's backoff. The permit goes back meanwhile, so other
+   * partitions of the group keep going. True when the retry must not run:
+   * stopped, or the lease may have expired during the wait (the retry then
+   * waits for a renewal or another owner).
+   */
+  async pause(stop: StopSignal, ms: number): Promise<boolean> {
+    this.semaphore.release();
+    let stopped: boolean;
+    try {
+      stopped = await stop.sleep(ms);
+    } finally {
+      await this.semaphore.acquire();
+    }
+    return stopped || stop.stopped;
+  }
+
+  /** The retry warning: readable text, and the message's identifiers as fields. */
+  warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void {
+    const what =
+      batchSize === undefined ? `Event ${entry.id} (${entry.event})` : `Batch of ${batchSize} from event ${entry.id} (${entry.event})`;
+    const msg = escapeControls(
+      `${what} failed in group "${this.group}" partition ${partition}, attempt ${attempt}; retrying in ${delayMs} ms: ${describe(error)}`,
+    );
+    this.logger.warn(
+      logRecord(msg, {
+        group: this.group,
+        partition,
+        eventId: entry.id,
+        event: entry.event,
+        offset: entry.offset,
+        attempt,
+        delayMs,
+        ...(batchSize !== undefined && { batchSize }),
+      }),
+    );
+  }
+
+  message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
     return {
       id: entry.id,
       event: entry.event,
@@ -186,7 +254,7 @@ export class MessageProcessor {
     };
   }
 
-  private async giveUp(
+  async giveUp(
     entry: RawEntry | MalformedEntry,
     partition: number,
     reason: GiveUpReason,

@@ -7,6 +7,7 @@ import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError, errorStack } from '../util/describe-error';
+import { logRecord, type LogFields, type LogRecord } from '../util/log-record';
 import { withTimeout } from '../util/timeout';
 import { BatchContext, BatchRun } from './batch-run';
 import type { GroupStats } from './group-stats';
@@ -70,6 +71,8 @@ export class PartitionWorker {
   private readonly drained: Promise<never[]>;
   private onDrain!: () => void;
   private readonly batchContext: BatchContext;
+  /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
+  private readonly readSize: number;
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
@@ -78,6 +81,7 @@ export class PartitionWorker {
     this.committed = this.cursor = params.committed;
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
+    this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
   }
 
@@ -107,7 +111,7 @@ export class PartitionWorker {
   start(onEnd: (worker: PartitionWorker) => void): void {
     this.connection = this.params.redis.duplicate();
     this.loop = this.run().catch((error: unknown) => {
-      this.logger.error(`${this.describe()} stopped on an unexpected error: ${describeError(error)}`, errorStack(error));
+      this.logger.error(this.record(`stopped on an unexpected error: ${describeError(error)}`, { stack: errorStack(error) }));
       this.abort();
     });
     void this.loop.finally(() => onEnd(this));
@@ -139,12 +143,12 @@ export class PartitionWorker {
       () => false,
     );
     if (!finished) {
-      this.logger.warn(`${this.describe()}: handlers still running after ${timeoutMs} ms; committing what is done`);
+      this.logger.warn(this.record(`handlers still running after ${timeoutMs} ms; committing what is done`));
       this.halt();
     }
     if (!this.params.redis.isReady()) {
       // Nothing can be committed or released now: the next owner takes over when the lease expires.
-      this.logger.warn(`${this.describe()}: Redis is unreachable; leaving without a final commit`);
+      this.logger.warn(this.record(`Redis is unreachable; leaving without a final commit`));
       return;
     }
     try {
@@ -154,7 +158,7 @@ export class PartitionWorker {
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
       if (!this.lost) await this.params.lease.release();
     } catch (error) {
-      this.logger.warn(`${this.describe()}: could not commit and release on stop (${describeError(error)}); the lease expires on its own`);
+      this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
     }
   }
 
@@ -177,7 +181,9 @@ export class PartitionWorker {
   private async run(): Promise<void> {
     this.readFrom(this.cursor);
     while (!this.draining) {
-      const entries = await this.receive();
+      const received = await this.receive();
+      // Only groups with batch handlers pay the extra await.
+      const entries = received && received.length > 0 && this.params.processor.hasBatchHandlers ? await this.fillUp(received) : received;
       if (entries === null || (entries.length > 0 && (await this.takeOn(entries)) === 'end')) return;
     }
   }
@@ -192,12 +198,47 @@ export class PartitionWorker {
       entries = await Promise.race([this.next, this.drained]);
     } catch (error) {
       if (this.draining) return null;
-      this.logger.warn(`${this.describe()}: read failed (${describeError(error)}); retrying`);
+      this.logger.warn(this.record(`read failed (${describeError(error)}); retrying`));
       return (await this.retryRead()) === 'continue' ? [] : null;
     }
     if (this.draining) return null;
     if (entries.length === 0) this.readFrom(this.cursor);
     return entries;
+  }
+
+  /**
+   * Batch handlers with `maxWaitMs`: a read that brought fewer entries than
+   * their `maxSize` is topped up by further blocking reads (XREAD BLOCK with
+   * what is left of the wait as its timeout: nothing polls) until the batch
+   * is full or the wait is over. The largest `maxSize` and `maxWaitMs` of the
+   * batch handlers whose events are in hand apply. Not while recovering (one
+   * entry at a time). Null once stopping.
+   */
+  private async fillUp(entries: Entry[]): Promise<Entry[] | null> {
+    if (this.recovery.active) return entries;
+    let size = 0;
+    let waitMs = 0;
+    for (const entry of entries) {
+      const batch = this.params.processor.batchOf(entry);
+      if (batch) [size, waitMs] = [Math.max(size, batch.maxSize), Math.max(waitMs, batch.maxWaitMs)];
+    }
+    const deadline = performance.now() + waitMs;
+    let all = entries;
+    while (all.length < size) {
+      const left = Math.ceil(deadline - performance.now());
+      if (left <= 0) break;
+      let more: Entry[];
+      try {
+        more = await Promise.race([this.read(all[all.length - 1].offset, size - all.length, left), this.drained]);
+      } catch {
+        if (this.draining) return null;
+        break; // handle what is in hand; the next read meets the trouble and reports it
+      }
+      if (this.draining) return null;
+      if (more.length === 0) break;
+      all = all.concat(more);
+    }
+    return all;
   }
 
   /** Recovery check, idempotency lookup, then the batch itself. */
@@ -211,7 +252,7 @@ export class PartitionWorker {
     try {
       alreadyDone = this.params.options.enableIdempotency ? await this.doneIds(entries) : undefined;
     } catch (error) {
-      this.logger.warn(`${this.describe()}: idempotency check failed (${describeError(error)}); retrying`);
+      this.logger.warn(this.record(`idempotency check failed (${describeError(error)}); retrying`));
       return this.retryRead();
     }
     return this.runBatch(new BatchRun(entries, { ...this.batchContext, alreadyDone }));
@@ -288,14 +329,14 @@ export class PartitionWorker {
 
   /** Starts the next read; one left behind by a stop may reject later, which is expected. */
   private readFrom(after: string): void {
-    this.next = this.read(after, this.recovery.readSize(this.params.options.batchSize));
+    this.next = this.read(after, this.recovery.readSize(this.readSize));
     this.next.catch(() => undefined);
   }
 
-  private async read(after: string, count: number): Promise<Entry[]> {
+  private async read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return [];
-    const reply = (await connection.xread('COUNT', count, 'BLOCK', BLOCK_MS, 'STREAMS', this.streamKey, after)) as XReadReply;
+    const reply = (await connection.xread('COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.streamKey, after)) as XReadReply;
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);
@@ -312,7 +353,7 @@ export class PartitionWorker {
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.
-      this.logger.warn(`${this.describe()}: commit of ${offset} failed (${describeError(error)}); dropping the partition`);
+      this.logger.warn(this.record(`commit of ${offset} failed (${describeError(error)}); dropping the partition`, { offset }));
       this.abort();
       return false;
     }
@@ -320,12 +361,18 @@ export class PartitionWorker {
       if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
       return true;
     }
-    this.logger.warn(`${this.describe()}: lease was taken over; dropping the partition without committing ${offset}`);
+    this.logger.warn(this.record(`lease was taken over; dropping the partition without committing ${offset}`, { offset }));
     this.abort();
     return false;
   }
 
   private describe(): string {
     return `Group "${this.params.lease.group}" partition ${this.params.lease.partition}`;
+  }
+
+  /** A log line of this partition: `text` after the group and partition, which are fields as well. */
+  private record(text: string, fields: LogFields = {}): LogRecord {
+    const { group, partition } = this.params.lease;
+    return logRecord(`${this.describe()}: ${text}`, { group, partition, ...fields });
   }
 }

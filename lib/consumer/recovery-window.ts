@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { MalformedEntry, RawEntry } from '../log/codec';
 import { describeError } from '../util/describe-error';
+import { logRecord } from '../util/log-record';
 import type { GroupStats } from './group-stats';
 import type { PartitionLease } from './lease';
 import type { MessageProcessor } from './message-processor';
@@ -56,10 +57,9 @@ export class RecoveryWindow {
       this.stats.deadLettered++;
       return 'dead-lettered';
     } catch (error) {
-      this.logger.warn(
-        `Group "${this.lease.group}" partition ${this.lease.partition}: could not count the delivery of ${entry.offset} ` +
-          `(${describeError(error)}); retrying`,
-      );
+      const { group, partition } = this.lease;
+      const msg = `Group "${group}" partition ${partition}: could not count the delivery of ${entry.offset} (${describeError(error)}); retrying`;
+      this.logger.warn(logRecord(msg, { group, partition, offset: entry.offset }));
       return 'retry';
     }
   }

@@ -1,9 +1,29 @@
 import { ON_EVENT_METADATA } from '../eventrail.constants';
 import type { ConsumerOptions } from '../eventrail.options';
 
+/** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */
+export interface BatchOptions {
+  /**
+   * Most messages per call.
+   * @default 100
+   */
+  maxSize?: number;
+  /**
+   * When a read brings fewer than `maxSize` messages, how long to wait for more before calling the
+   * handler (the blocking read's timeout: nothing polls). 0 calls it with what one read brought.
+   * @default 0
+   */
+  maxWaitMs?: number;
+}
+
 export interface OnEventGroupOptions extends ConsumerOptions {
   /** Consumer group name: every group sees every event. */
   group: string;
+  /**
+   * Makes this method a batch handler (of this method only, unlike the other options, which apply to the
+   * whole group). It may return a `BatchResult` naming the messages that failed.
+   */
+  batch?: BatchOptions;
 }
 
 /** One `@OnEvent` as written; validated at startup by the explorer, which can name the class. */
@@ -13,6 +33,8 @@ export interface OnEventDeclaration {
   events: unknown;
   group: unknown;
   options: ConsumerOptions;
+  /** `batch` as written, when given: this method's own, not the group's. */
+  batch?: unknown;
 }
 
 /**
@@ -24,13 +46,14 @@ export interface OnEventDeclaration {
  */
 export function OnEvent(events: string | string[], group: string | OnEventGroupOptions): MethodDecorator & PropertyDecorator {
   return (target: object, member: string | symbol, descriptor?: PropertyDescriptor) => {
-    const { group: name, ...options } = typeof group === 'object' && group !== null ? group : { group };
+    const { group: name, batch, ...options } = typeof group === 'object' && group !== null ? group : { group, batch: undefined };
     const declaration: OnEventDeclaration = {
       member,
       isMethod: typeof descriptor?.value === 'function',
       events,
       group: name,
       options,
+      ...(batch !== undefined && { batch }),
     };
     const existing = (Reflect.getOwnMetadata(ON_EVENT_METADATA, target.constructor) as OnEventDeclaration[] | undefined) ?? [];
     Reflect.defineMetadata(ON_EVENT_METADATA, [...existing, declaration], target.constructor);

@@ -3,10 +3,11 @@ import { DiscoveryService } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import type { GroupPlan, HandlerBinding } from '../consumer/group-plan';
+import { batchBinding } from '../consumer/batch-binding';
 import type { OnEventDeclaration } from '../decorators/on-event.decorator';
 import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../eventrail.constants';
 import type { EventrailMessage } from '../eventrail-message';
-import { resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../eventrail.options';
+import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../log/validate-event';
@@ -62,9 +63,11 @@ export class EventrailExplorer implements OnModuleInit {
     if (!d.isMethod) throw new InvalidHandlerError(className, member, 'it is not a method');
     const events = Array.isArray(d.events) ? (d.events as unknown[]) : [d.events];
     if (events.length === 0) throw new InvalidHandlerError(className, member, 'no event names given');
+    let batch: ReturnType<typeof resolveBatchOptions> | undefined;
     try {
       validateGroupName('group', d.group);
       for (const event of events) validateEventName(event);
+      if (d.batch !== undefined) batch = resolveBatchOptions('batch', d.batch);
     } catch (error) {
       if (error instanceof EventrailError) throw new InvalidHandlerError(className, member, error.message);
       throw error;
@@ -74,11 +77,25 @@ export class EventrailExplorer implements OnModuleInit {
     if (Object.keys(d.options).length > 0) {
       draft.options = resolveConsumerOptions(`@OnEvent on ${className}.${member}`, d.options, draft.options);
     }
-    const instance = wrapper.instance as Record<string | symbol, (message: EventrailMessage) => unknown>;
-    const binding: HandlerBinding = { name: `${className}.${member}`, call: instance[d.member].bind(instance) };
+    const instance = wrapper.instance as Record<string | symbol, (message: never) => unknown>;
+    const name = `${className}.${member}`;
+    const method = instance[d.member].bind(instance) as (message: never) => unknown;
+    const binding: HandlerBinding = batch
+      ? batchBinding(name, method as (messages: EventrailMessage[]) => unknown, batch)
+      : { name, call: method as (message: EventrailMessage) => unknown };
     for (const event of events as string[]) {
       const list = draft.handlers.get(event) ?? [];
-      if (!list.some((b) => b.name === binding.name)) list.push(binding);
+      if (list.some((b) => b.name === binding.name)) continue;
+      // A batch handler is alone on its events: a batch is retried and split as one call, which another handler of the same event would not follow.
+      const other = list.find((b) => b.batch !== undefined) ?? (binding.batch && list[0]);
+      if (other) {
+        throw new InvalidHandlerError(
+          className,
+          member,
+          `event "${event}" in group "${String(d.group)}" is also handled by ${other.name}; an event handled by a batch handler has no other handler in its group`,
+        );
+      }
+      list.push(binding);
       draft.handlers.set(event, list);
     }
   }

@@ -31,6 +31,7 @@ export interface EventrailCommands {
     ...doneIds: string[]
   ): Promise<number>;
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
+  eventrailMarkFailure(recovery: string, offset: string, nowMs: number): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(
@@ -89,6 +90,7 @@ const SCRIPTS = [
   'publishDedup-2',
   'resetOffset-5',
   'markDelivery-1',
+  'markFailure-1',
   'releaseLock-1',
   'trimLog-2',
 ];

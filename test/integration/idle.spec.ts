@@ -73,3 +73,45 @@ describe('idle consumers', () => {
     expect(handled.sort()).toEqual([`one:${published.id}`, `three:${published.id}`, `two:${published.id}`]);
   });
 });
+
+const batched: number[] = [];
+
+@Injectable()
+class WaitingBatches {
+  @OnEvent('ping', { group: 'bulk', batch: { maxSize: 100, maxWaitMs: 50 } })
+  book(messages: EventrailMessage[]): void {
+    batched.push(messages.length);
+  }
+}
+
+describe('idle batch handlers with maxWaitMs', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let app: INestApplicationContext;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = new Redis(server.url);
+    app = await createApp({ redis: server.url, prefix: 'idle-batch' }, [WaitingBatches]);
+  });
+  afterAll(async () => {
+    await app.close();
+    redis.disconnect();
+    await server.stop();
+  });
+
+  it('do not poll while waiting for a fuller batch, nor after it', async () => {
+    await app.get(EventrailPublisher).publish('ping', {});
+    await waitFor(() => batched.length === 1, 'the lone message flushed after maxWaitMs');
+    await waitFor(async () => /blocked_clients:1\b/.test(await redis.info('clients')), 'the worker parked in a blocking read');
+    const windowMs = 2_000;
+    const before = await commandCalls(redis);
+    const started = Date.now();
+    // Measures a window of idleness: waiting on elapsed time is the point of this test.
+    await waitFor(() => Date.now() - started >= windowMs, 'idle window elapsed', windowMs + 1_000, 200);
+    const after = await commandCalls(redis);
+    // Heartbeats and lease renewals only (about one a second each with the defaults); at most one re-sent blocking read.
+    expect((after.get('xread') ?? 0) - (before.get('xread') ?? 0)).toBeLessThanOrEqual(1);
+    expect(batched).toEqual([1]);
+  });
+});

@@ -1,7 +1,7 @@
 import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { ConsumerOptions } from '../../lib';
+import type { BatchOptions, ConsumerOptions } from '../../lib';
 import { killQuietly, spawnTypeScript } from './child-processes';
 
 /** Event type every e2e worker handles; its data is `{ seq }`. */
@@ -20,6 +20,10 @@ export interface WorkerConfig {
   delayMs?: number | readonly [number, number];
   /** Handlers of these seqs block until the parent sends `open`, to hold a worker mid-batch. */
   gateSeqs?: readonly number[];
+  /** Handle with a batch handler of these options instead (each message still reported on its own). */
+  batch?: BatchOptions;
+  /** With `batch`: a batch holding one of these seqs SIGKILLs its worker from inside the handler. */
+  killSeqs?: readonly number[];
 }
 
 /** One handler call as the worker saw it; times are high-resolution epoch ms (same clock on one host). */
@@ -217,5 +221,7 @@ function workerEnv(config: WorkerConfig): Record<string, string> {
     WORKER_CONSUMER: JSON.stringify(config.consumer ?? {}),
     WORKER_DELAY_MS: `${min}-${max}`,
     WORKER_GATE_SEQS: (config.gateSeqs ?? []).join(','),
+    ...(config.batch && { WORKER_BATCH: JSON.stringify(config.batch) }),
+    WORKER_KILL_SEQS: (config.killSeqs ?? []).join(','),
   };
 }

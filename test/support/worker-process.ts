@@ -8,13 +8,16 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { performance } from 'node:perf_hooks';
-import { ConsumerOptions, EventrailConsumers, EventrailMessage, EventrailModule, OnEvent } from '../../lib';
+import { BatchOptions, ConsumerOptions, EventrailConsumers, EventrailMessage, EventrailModule, OnEvent } from '../../lib';
 import { E2E_EVENT, type Delivery, type WorkerCommand, type WorkerMessage } from './processes';
 
 const GROUP = required('WORKER_GROUP');
 const PARTITIONS = Number(required('WORKER_PARTITIONS'));
 const CONSUMER = JSON.parse(process.env.WORKER_CONSUMER ?? '{}') as ConsumerOptions;
 const [DELAY_MIN, DELAY_MAX] = (process.env.WORKER_DELAY_MS ?? '0-0').split('-').map(Number);
+const BATCH = process.env.WORKER_BATCH ? (JSON.parse(process.env.WORKER_BATCH) as BatchOptions) : undefined;
+/** A batch holding one of these seqs kills its process (SIGKILL, from inside the handler): a poison message. */
+const KILL_SEQS = new Set((process.env.WORKER_KILL_SEQS ?? '').split(',').filter(Boolean).map(Number));
 const GATE_SEQS = new Set((process.env.WORKER_GATE_SEQS ?? '').split(',').filter(Boolean).map(Number));
 
 /** Opened once by the parent's `open` command; gated handlers wait for it. */
@@ -62,9 +65,32 @@ class Recorder {
   }
 }
 
+/** The same, as a batch handler (WORKER_BATCH): every message of a batch is reported started, then handled. */
+@Injectable()
+class BatchRecorder {
+  @OnEvent(E2E_EVENT, { group: GROUP, batch: BATCH ?? {} })
+  async handle(messages: EventrailMessage<{ seq: number }>[]): Promise<void> {
+    const deliveries = messages.map((message): Delivery => ({
+      pid: process.pid,
+      id: message.id,
+      key: message.key,
+      seq: message.data.seq,
+      partition: message.partition,
+      offset: message.offset,
+      attempt: message.attempt,
+      startedAt: now(),
+    }));
+    for (const delivery of deliveries) await report({ type: 'started', ...delivery });
+    if (deliveries.some((d) => KILL_SEQS.has(d.seq))) process.kill(process.pid, 'SIGKILL');
+    await handlerDelay();
+    if (deliveries.some((d) => GATE_SEQS.has(d.seq))) await gate;
+    for (const delivery of deliveries) await report({ type: 'handled', ...delivery, endedAt: now() });
+  }
+}
+
 @Module({
   imports: [EventrailModule.forRoot({ partitions: PARTITIONS, consumer: CONSUMER })],
-  providers: [Recorder],
+  providers: [BATCH ? BatchRecorder : Recorder],
 })
 class WorkerModule {}
 
