@@ -1,3 +1,4 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 
@@ -6,6 +7,12 @@ export interface HandlerBinding {
   /** `ClassName.method`, for logs. */
   name: string;
   call: (message: EventrailMessage) => unknown;
+  /**
+   * The schema of the event's `defineEvent`, when it has one: the group checks
+   * the data with it before any handler of the event runs (one schema per
+   * event and group; the explorer refuses two).
+   */
+  schema?: StandardSchemaV1;
 }
 
 /** Handlers of one group, by event type. Several methods may handle the same event. */

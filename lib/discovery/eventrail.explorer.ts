@@ -10,6 +10,8 @@ import { resolveConsumerOptions, validateGroupName, type ResolvedEventrailOption
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../log/validate-event';
+import { eventOf } from '../events/event-definition';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 
 /** A group's plan while the explorer collects it: handlers by event, options resolved so far. */
 interface PlanDraft {
@@ -60,11 +62,11 @@ export class EventrailExplorer implements OnModuleInit {
       );
     }
     if (!d.isMethod) throw new InvalidHandlerError(className, member, 'it is not a method');
-    const events = Array.isArray(d.events) ? (d.events as unknown[]) : [d.events];
+    const events = (Array.isArray(d.events) ? (d.events as unknown[]) : [d.events]).map(eventOf);
     if (events.length === 0) throw new InvalidHandlerError(className, member, 'no event names given');
     try {
       validateGroupName('group', d.group);
-      for (const event of events) validateEventName(event);
+      for (const event of events) validateEventName(event.name);
     } catch (error) {
       if (error instanceof EventrailError) throw new InvalidHandlerError(className, member, error.message);
       throw error;
@@ -75,11 +77,13 @@ export class EventrailExplorer implements OnModuleInit {
       draft.options = resolveConsumerOptions(`@OnEvent on ${className}.${member}`, d.options, draft.options);
     }
     const instance = wrapper.instance as Record<string | symbol, (message: EventrailMessage) => unknown>;
-    const binding: HandlerBinding = { name: `${className}.${member}`, call: instance[d.member].bind(instance) };
-    for (const event of events as string[]) {
+    const call = instance[d.member].bind(instance);
+    for (const { name: event, schema } of events as Array<{ name: string; schema?: StandardSchemaV1 }>) {
       const list = draft.handlers.get(event) ?? [];
+      const binding: HandlerBinding = { name: `${className}.${member}`, call, schema };
       if (!list.some((b) => b.name === binding.name)) list.push(binding);
       draft.handlers.set(event, list);
+      shareSchema(list, schema, () => new InvalidHandlerError(className, member, schemaClash(event, String(d.group), list, schema)));
     }
   }
 
@@ -91,4 +95,26 @@ export class EventrailExplorer implements OnModuleInit {
     }
     return draft;
   }
+}
+
+/**
+ * One schema per event and group: the data is checked (and parsed) once, by
+ * the schema of the event's definition, before any handler of it runs; a
+ * handler declared by name alone shares it. Two different schemas for one
+ * event in one group are refused: an entry that passed one and failed the
+ * other could be neither dead-lettered nor handled as a whole.
+ */
+function shareSchema(list: HandlerBinding[], added: StandardSchemaV1 | undefined, clash: () => Error): void {
+  const other = list.find((b) => b.schema !== undefined && b.schema !== added)?.schema;
+  if (added !== undefined && other !== undefined) throw clash();
+  const schema = added ?? other;
+  if (schema !== undefined) for (const binding of list) binding.schema = schema;
+}
+
+function schemaClash(event: string, group: string, list: HandlerBinding[], added: StandardSchemaV1 | undefined): string {
+  const other = list.find((b) => b.schema !== undefined && b.schema !== added);
+  return (
+    `event "${event}" already has another schema in group "${group}" (from ${other?.name ?? 'another handler'}); ` +
+    'handlers of one event in one group must share one defineEvent'
+  );
 }
