@@ -80,4 +80,8 @@ export type { EventData, EventDefinition, EventInput, EventRef } from './events/
 export { EventValidationError } from './errors/event-validation.error';
 export type { EventValidationIssue } from './errors/event-validation.error';
 export { InvalidEventSchemaError } from './errors/invalid-event-schema.error';
+export { DEFAULT_SETTLE_TIMEOUT_MS } from './consumer/eventrail-consumers';
+export type { SettleOptions } from './consumer/eventrail-consumers';
+export { SettleTimeoutError } from './errors/settle-timeout.error';
+export type { LaggingPartition } from './errors/settle-timeout.error';
 export type { PublishedData } from './publisher/eventrail.publisher';
