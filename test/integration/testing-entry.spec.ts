@@ -1,0 +1,67 @@
+import Redis from 'ioredis';
+import { createTestPrefix, deletePrefix, freePort, startRedisServer, uniquePrefix } from 'nestjs-eventrail/testing';
+import { testRedisUrl } from '../support/helpers';
+
+describe('nestjs-eventrail/testing', () => {
+  it('startRedisServer() starts a throwaway redis-server on a free port, and stop() ends it', async () => {
+    const server = await startRedisServer();
+    const client = new Redis(server.url, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+    client.on('error', () => undefined);
+    try {
+      expect(server.url).toBe(`redis://127.0.0.1:${server.port}`);
+      expect(await client.ping()).toBe('PONG');
+      // No persistence: a test server writes nothing to disk.
+      expect(await client.config('GET', 'appendonly')).toEqual(['appendonly', 'no']);
+    } finally {
+      client.disconnect();
+    }
+    await server.stop();
+    expect(isRunning(server.pid)).toBe(false);
+    await server.stop(); // stopping twice is harmless
+  });
+
+  it('takes a port and extra arguments, and fails with what redis-server printed when it cannot start', async () => {
+    const port = await freePort();
+    const server = await startRedisServer({ port, args: ['--maxmemory-policy', 'noeviction'] });
+    const client = new Redis(server.url);
+    try {
+      expect(server.port).toBe(port);
+      expect(await client.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
+    } finally {
+      client.disconnect();
+      await server.stop();
+    }
+    await expect(startRedisServer({ args: ['--no-such-option', 'x'] })).rejects.toThrow(/exited at startup/);
+  });
+
+  it('createTestPrefix() gives a fresh prefix and deletes only the keys under it', async () => {
+    const redis = new Redis(testRedisUrl());
+    const mine = createTestPrefix(testRedisUrl(), 'recipe');
+    const other = uniquePrefix('other');
+    try {
+      expect(mine.prefix).toMatch(/^recipe-[0-9a-f]{10}$/);
+      expect(createTestPrefix(testRedisUrl()).prefix).not.toBe(createTestPrefix(testRedisUrl()).prefix);
+      await redis.set(`${mine.prefix}:a`, '1');
+      await redis.xadd(`{${mine.prefix}:0}:log`, '*', 'event', 'e', 'data', '1');
+      await redis.set(`${other}:a`, '1');
+      await redis.set(`${mine.prefix}-lookalike:a`, '1');
+      expect(await mine.delete()).toBe(2);
+      expect(await redis.exists(`${mine.prefix}:a`, `{${mine.prefix}:0}:log`)).toBe(0);
+      expect(await redis.exists(`${other}:a`, `${mine.prefix}-lookalike:a`)).toBe(2);
+      expect(await mine.delete()).toBe(0);
+    } finally {
+      await deletePrefix(redis, other);
+      await deletePrefix(redis, `${mine.prefix}-lookalike`);
+      redis.disconnect();
+    }
+  });
+});
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
