@@ -84,4 +84,4 @@ export { DEFAULT_SETTLE_TIMEOUT_MS } from './consumer/eventrail-consumers';
 export type { SettleOptions } from './consumer/eventrail-consumers';
 export { SettleTimeoutError } from './errors/settle-timeout.error';
 export type { LaggingPartition } from './errors/settle-timeout.error';
-export type { PublishedData } from './publisher/eventrail.publisher';
+export type { CheckedInput, PublishedData } from './publisher/eventrail.publisher';

@@ -53,6 +53,9 @@ export interface PublishResult {
 /** What `publish` takes as the data of `E`: its schema's input for a definition, anything for a name. */
 export type PublishedData<E extends EventRef> = E extends EventDefinition ? EventInput<E> : unknown;
 
+/** One `publishMany` input as the compiler checks it: a definition's data must be its schema's input. */
+export type CheckedInput<I> = I extends { event: infer D extends EventDefinition } ? Omit<I, 'data'> & { data: EventInput<D> } : I;
+
 const MAX_ID_LENGTH = 200;
 const MAX_KEY_LENGTH = 1024;
 
@@ -103,6 +106,10 @@ export class EventrailPublisher {
    * atomic: if Redis fails midway, the call rejects and some events may have
    * been appended (the error lists how many).
    */
+  publishMany<const E extends ReadonlyArray<PublishInput>>(
+    events: E & { readonly [I in keyof E]: CheckedInput<E[I]> },
+    options?: { durability?: Durability },
+  ): Promise<PublishResult[]>;
   async publishMany(events: ReadonlyArray<PublishInput>, options: { durability?: Durability } = {}): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     // Every definition's schema checks its data before anything is prepared or sent.

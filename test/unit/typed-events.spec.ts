@@ -171,6 +171,12 @@ export function typeChecks(publisher: EventrailPublisher): void {
   // String names keep taking anything.
   void publisher.publish('payment.completed', { anything: true });
   void publisher.publishMany([{ event: PaymentCompleted, data: { paymentId: 'p', amount: 1, at: 'x' } }]);
+  // @ts-expect-error in a batch too, the data is typed by the definition's schema
+  void publisher.publishMany([{ event: PaymentCompleted, data: { paymentId: 'p', amount: '1', at: 'x' }, key: 'k' }]);
+  void publisher.publishMany([
+    { event: PaymentCompleted, data: { paymentId: 'p', amount: 1, at: 'x' } },
+    { event: 'note', data: { text: 'names take anything' } },
+  ]);
 
   const data: EventData<typeof PaymentCompleted> = { paymentId: 'p', amount: 1, at: new Date() };
   // @ts-expect-error a handler gets the output: `at` is a Date
