@@ -10,6 +10,7 @@ import {
   OnEvent,
   SettleTimeoutError,
 } from '../../lib';
+import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -102,6 +103,9 @@ describe('EventrailConsumers.settled()', () => {
     const app = await start();
     state.gated.add('stuck');
     const result = await app.get(EventrailPublisher).publish('job', {}, { key: 'stuck' });
+    // The audit group is done with it (handled and committed); the workers group is stuck at the gate.
+    const keys = new EventrailKeys(prefix, 4);
+    await waitFor(async () => (await redis.get(keys.offset('audit', result.partition))) === result.offset, 'the audit commit');
     const error = await app
       .get(EventrailConsumers)
       .settled({ timeoutMs: 300 })
@@ -112,7 +116,6 @@ describe('EventrailConsumers.settled()', () => {
     expect(error).toBeInstanceOf(SettleTimeoutError);
     const { lagging, timeoutMs } = error as SettleTimeoutError;
     expect(timeoutMs).toBe(300);
-    // The audit group is done with it; the workers group is stuck at the gate.
     expect(lagging).toEqual([
       { group: 'workers', partition: result.partition, committed: expect.any(String), target: result.offset, ownedHere: true },
     ]);
