@@ -1,4 +1,4 @@
-import { describeThrown } from '../util/describe-error';
+import { describeThrown, isInstanceOf } from '../util/describe-error';
 import { EventValidationError, type EventValidationIssue } from '../errors/event-validation.error';
 import { FIELD, isMalformed, MalformedEntry, RawEntry, readEntry } from './codec';
 
@@ -85,8 +85,11 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
     'worker',
     workerId,
   );
-  // Reason `invalid`: the schema's issues, by path, for the admin API and the dashboard.
-  if (failed.error instanceof EventValidationError) fields.push('issues', JSON.stringify(failed.error.issues));
+  // Reason `invalid`: the schema's issues, by path, for the admin API and the dashboard. Only then is the
+  // error known to be ours: a handler's thrown value is never inspected beyond describeThrown (a Proxy may throw).
+  if (failed.reason === 'invalid' && isInstanceOf(failed.error, EventValidationError)) {
+    fields.push('issues', JSON.stringify(failed.error.issues));
+  }
   return fields;
 }
 
