@@ -12,25 +12,29 @@ export type SchemaOutcome = { value: unknown; issues?: undefined } | { issues: E
  * data may have been written by anyone.
  */
 export function checkAgainstSchema(schema: StandardSchemaV1, data: unknown): SchemaOutcome | Promise<SchemaOutcome> {
-  let result: StandardSchemaV1.Result<unknown> | Promise<StandardSchemaV1.Result<unknown>>;
   try {
-    result = schema['~standard'].validate(data);
+    const result = schema['~standard'].validate(data);
+    if (isThenable(result)) return Promise.resolve(result).then(toOutcome, threw);
+    return toOutcome(result);
   } catch (error) {
     return threw(error);
   }
-  if (isThenable(result)) return Promise.resolve(result).then(toOutcome, threw);
-  return toOutcome(result);
 }
 
 function isThenable<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
   return typeof (value as PromiseLike<T> | null)?.then === 'function';
 }
 
+/** The result as an outcome; a result that cannot be read (not an object, odd issues) counts as a schema that threw. */
 function toOutcome(result: StandardSchemaV1.Result<unknown>): SchemaOutcome {
-  if (!result.issues) return { value: result.value };
-  const issues = result.issues.map((issue) => ({ path: formatPath(issue.path), message: String(issue.message) }));
-  // A failure with an empty issue list is still a failure; say so rather than list nothing.
-  return { issues: issues.length > 0 ? issues : [{ path: '(root)', message: 'rejected by the schema (no issue given)' }] };
+  try {
+    if (!result.issues) return { value: result.value };
+    const issues = Array.from(result.issues, (issue) => ({ path: formatPath(issue.path), message: String(issue.message) }));
+    // A failure with an empty issue list is still a failure; say so rather than list nothing.
+    return { issues: issues.length > 0 ? issues : [{ path: '(root)', message: 'rejected by the schema (no issue given)' }] };
+  } catch (error) {
+    return threw(error);
+  }
 }
 
 function threw(error: unknown): SchemaOutcome {

@@ -96,6 +96,10 @@ describe('schema checks', () => {
       },
     };
     expect(checkAgainstSchema(throwing, 1)).toEqual({ issues: [{ path: '(root)', message: 'the schema threw RangeError: boom' }] });
+    const garbage: StandardSchemaV1 = { '~standard': { version: 1, vendor: 'test', validate: () => null as never } };
+    expect(checkAgainstSchema(garbage, 1)).toEqual({
+      issues: [{ path: '(root)', message: expect.stringMatching(/^the schema threw TypeError: /) }],
+    });
     const rejecting: StandardSchemaV1 = { '~standard': { version: 1, vendor: 'test', validate: () => Promise.reject(new Error('down')) } };
     await expect(checkAgainstSchema(rejecting, 1)).resolves.toEqual({
       issues: [{ path: '(root)', message: 'the schema threw Error: down' }],
