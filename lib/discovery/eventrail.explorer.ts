@@ -83,7 +83,15 @@ export class EventrailExplorer implements OnModuleInit {
       const binding: HandlerBinding = { name: `${className}.${member}`, call, schema };
       if (!list.some((b) => b.name === binding.name)) list.push(binding);
       draft.handlers.set(event, list);
-      shareSchema(list, schema, () => new InvalidHandlerError(className, member, schemaClash(event, String(d.group), list, schema)));
+      const clash = shareSchema(list, schema);
+      if (clash !== undefined) {
+        throw new InvalidHandlerError(
+          className,
+          member,
+          `event "${event}" already has another schema in group "${String(d.group)}" (from ${clash}); ` +
+            'handlers of one event in one group must share one defineEvent',
+        );
+      }
     }
   }
 
@@ -102,19 +110,13 @@ export class EventrailExplorer implements OnModuleInit {
  * the schema of the event's definition, before any handler of it runs; a
  * handler declared by name alone shares it. Two different schemas for one
  * event in one group are refused: an entry that passed one and failed the
- * other could be neither dead-lettered nor handled as a whole.
+ * other could be neither dead-lettered nor handled as a whole. Returns the
+ * handler whose other schema clashes with `added`, if one does.
  */
-function shareSchema(list: HandlerBinding[], added: StandardSchemaV1 | undefined, clash: () => Error): void {
-  const other = list.find((b) => b.schema !== undefined && b.schema !== added)?.schema;
-  if (added !== undefined && other !== undefined) throw clash();
-  const schema = added ?? other;
-  if (schema !== undefined) for (const binding of list) binding.schema = schema;
-}
-
-function schemaClash(event: string, group: string, list: HandlerBinding[], added: StandardSchemaV1 | undefined): string {
+function shareSchema(list: HandlerBinding[], added: StandardSchemaV1 | undefined): string | undefined {
   const other = list.find((b) => b.schema !== undefined && b.schema !== added);
-  return (
-    `event "${event}" already has another schema in group "${group}" (from ${other?.name ?? 'another handler'}); ` +
-    'handlers of one event in one group must share one defineEvent'
-  );
+  if (added !== undefined && other !== undefined) return other.name;
+  const schema = added ?? other?.schema;
+  if (schema !== undefined) for (const binding of list) binding.schema = schema;
+  return undefined;
 }
