@@ -49,7 +49,8 @@ export interface StartRedisServerOptions {
  * fails at once when it cannot start (not installed, a bad argument, the
  * port taken), with what it printed. `redis-server` must be on the PATH. A
  * server still running when this process exits is killed, so none is left
- * behind.
+ * behind; inside a Jest test file that hook never runs (the sandbox's
+ * `process` is a copy that never emits `exit`), so stop it in `afterAll`.
  */
 export async function startRedisServer(options: StartRedisServerOptions = {}): Promise<RedisServer> {
   const extraArgs = options.args ?? [];
