@@ -89,7 +89,12 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
   failed.catch(() => undefined);
 
   const url = `redis://127.0.0.1:${chosen}`;
-  await waitUntilAnswers(url, 10_000, failed);
+  try {
+    await waitUntilServedBy(url, child.pid as number, 10_000, failed);
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
+  }
   // Nothing reads its output any more: drain it, so the server never blocks on a full pipe, without keeping this process alive.
   for (const pipe of pipes) {
     pipe.off('data', keep);
@@ -108,6 +113,32 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
       clearTimeout(timer);
     },
   };
+}
+
+/**
+ * Waits until the server answering at `url` is process `pid`: on a port that
+ * another server holds, that one answers PING while this one is still
+ * starting (and then fails to bind, which `failed` reports).
+ */
+async function waitUntilServedBy(url: string, pid: number, timeoutMs: number, failed: Promise<never>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await waitUntilAnswers(url, Math.max(0, deadline - Date.now()), failed);
+    const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    client.on('error', () => undefined);
+    let info = '';
+    try {
+      await client.connect();
+      info = await client.info('server');
+    } catch {
+      // gone again: the next round waits for an answer
+    } finally {
+      client.disconnect();
+    }
+    if (new RegExp(`^process_id:${pid}\\r?$`, 'm').test(info)) return;
+    if (Date.now() > deadline) throw new Error(`another server answers at ${url}, not the redis-server started (pid ${pid})`);
+    await Promise.race([new Promise((resolve) => setTimeout(resolve, 50)), failed]);
+  }
 }
 
 /** Polls PING until the Redis at `url` answers; gives up after `timeoutMs`, or at once when `failed` rejects. */

@@ -27,6 +27,9 @@ describe('nestjs-eventrail/testing', () => {
     try {
       expect(server.port).toBe(port);
       expect(await client.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
+      // The port is taken: the server already there answers PING, but it is not the one started.
+      await expect(startRedisServer({ port })).rejects.toThrow(new RegExp(`redis-server on port ${port} exited at startup`));
+      expect(await client.ping()).toBe('PONG');
     } finally {
       client.disconnect();
       await server.stop();
