@@ -2,6 +2,8 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import Redis from 'ioredis';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { checkObject, optionalInteger, rejectUnknownKeys } from '../option-checks';
 
 /** A `redis-server` started by `startRedisServer`. */
 export interface RedisServer {
@@ -53,8 +55,14 @@ export interface StartRedisServerOptions {
  * `process` is a copy that never emits `exit`), so stop it in `afterAll`.
  */
 export async function startRedisServer(options: StartRedisServerOptions = {}): Promise<RedisServer> {
+  checkObject('startRedisServer options', options, 'an object like { port: 6390 }');
+  rejectUnknownKeys('startRedisServer', options, ['port', 'args']);
+  const port = optionalInteger('startRedisServer.port', options.port, 1, 65535);
   const extraArgs = options.args ?? [];
-  const chosen = options.port ?? (await freePort());
+  if (!Array.isArray(extraArgs) || extraArgs.some((arg) => typeof arg !== 'string')) {
+    throw new InvalidOptionError('startRedisServer.args', extraArgs, 'an array of strings');
+  }
+  const chosen = port ?? (await freePort());
   // The temp dir as its working directory, where nothing is written without persistence
   // (eventrail's CI finds a server left behind by an interrupted run through its private TMPDIR).
   const dir = tmpdir();

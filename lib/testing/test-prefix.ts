@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
+import { InvalidOptionError } from '../errors/invalid-option.error';
 
 /** A key prefix of one test's own, and the way to remove what was written under it. */
 export interface TestPrefix {
@@ -17,6 +18,8 @@ export interface TestPrefix {
  * `redisUrl` that `delete()` opens and closes.
  */
 export function createTestPrefix(redisUrl: string, name = 'test'): TestPrefix {
+  if (typeof redisUrl !== 'string' || redisUrl.length === 0)
+    throw new InvalidOptionError('createTestPrefix redisUrl', redisUrl, 'a redis:// URL');
   const prefix = uniquePrefix(name);
   return {
     prefix,
@@ -35,6 +38,10 @@ export function createTestPrefix(redisUrl: string, name = 'test'): TestPrefix {
 
 /** `<name>-<10 random hex digits>`. */
 export function uniquePrefix(name = 'test'): string {
+  // Kept to characters that cannot clash with the key syntax: `:` separates, `{}` make hash tags.
+  if (typeof name !== 'string' || !/^[\w.-]{1,64}$/.test(name)) {
+    throw new InvalidOptionError('test prefix name', name, 'letters, digits, ".", "_" or "-" (1 to 64)');
+  }
   return `${name}-${randomBytes(5).toString('hex')}`;
 }
 

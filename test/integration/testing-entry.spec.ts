@@ -1,5 +1,6 @@
 import Redis from 'ioredis';
 import { createTestPrefix, deletePrefix, freePort, startRedisServer, uniquePrefix } from 'nestjs-eventrail/testing';
+import { InvalidOptionError } from '../../lib';
 import { testRedisUrl } from '../support/helpers';
 
 describe('nestjs-eventrail/testing', () => {
@@ -35,6 +36,17 @@ describe('nestjs-eventrail/testing', () => {
       await server.stop();
     }
     await expect(startRedisServer({ args: ['--no-such-option', 'x'] })).rejects.toThrow(/exited at startup/);
+  });
+
+  it('refuses bad options with InvalidOptionError', async () => {
+    await expect(startRedisServer({ prot: 1 } as never)).rejects.toThrow(
+      /startRedisServer\.prot: got an unknown option \(did you mean port\?\)/,
+    );
+    await expect(startRedisServer({ port: 70000 })).rejects.toThrow(InvalidOptionError);
+    await expect(startRedisServer({ args: '--appendonly yes' as never })).rejects.toThrow(/startRedisServer\.args.*an array of strings/);
+    expect(() => createTestPrefix(testRedisUrl(), 'a:b')).toThrow(InvalidOptionError);
+    expect(() => uniquePrefix('{tag}')).toThrow(InvalidOptionError);
+    expect(() => createTestPrefix(undefined as never)).toThrow(/createTestPrefix redisUrl/);
   });
 
   it('createTestPrefix() gives a fresh prefix and deletes only the keys under it', async () => {
