@@ -1,12 +1,10 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { EventValidationError } from '../errors/event-validation.error';
 import { checkAgainstSchema, SchemaOutcome } from '../events/schema-check';
+import type { decodePayload } from '../log/codec';
 
 /** A decoded payload, as the message processor hands it to handlers. */
-interface Payload {
-  data: unknown;
-  headers: Record<string, string>;
-}
+type Payload = ReturnType<typeof decodePayload>;
 
 /**
  * The payload a group's handlers of a typed event receive: the data as the
