@@ -173,6 +173,16 @@ describe('typed events', () => {
     expect(seen.byName).toHaveLength(2);
     expect(await app.get(EventrailAdmin).deadLetters('archive')).toEqual([]);
     expect(app.get(EventrailConsumers).stats().billing.deadLettered).toBe(2);
+
+    // A replay runs the schema again: with the same schema, both come back as dead letters.
+    expect(await app.get(EventrailAdmin).replayDeadLetters('billing', 'all')).toBe(2);
+    await app.get(EventrailConsumers).settled();
+    const again = await app.get(EventrailAdmin).deadLetters('billing');
+    expect(again.map((l) => [l.reason, l.event])).toEqual([
+      ['invalid', 'order.placed'],
+      ['invalid', 'counted'],
+    ]);
+    expect(seen.orders.map((m) => m.data.orderId)).toEqual(['o1', 'o5']);
   });
 
   it('refuses two different schemas for one event in one group at startup', async () => {
