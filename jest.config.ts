@@ -20,6 +20,11 @@ const config: Config = {
   transform: { '^.+\\.(t|j|mj)s$': swc as never },
   transformIgnorePatterns: ['/node_modules/(?!(@nestjs|uid|load-esm|file-type|strtok3|token-types|peek-readable|@tokenizer)/)'],
   moduleFileExtensions: ['ts', 'js', 'mjs', 'json'],
+  // The sample's e2e test imports the package by name, as a user's tests would (tsconfig.json's paths, for Jest).
+  moduleNameMapper: {
+    '^nestjs-eventrail$': '<rootDir>/lib/index.ts',
+    '^nestjs-eventrail/(health|prometheus|testing)$': '<rootDir>/lib/$1',
+  },
   // Library logs off unless EVENTRAIL_TEST_LOGS=1.
   setupFiles: ['<rootDir>/test/support/quiet-logs.ts'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',

@@ -80,3 +80,14 @@ export type { BatchOptions } from './decorators/on-event.decorator';
 export type { BatchResult } from './consumer/batch-result';
 export { DEFAULT_BATCH_OPTIONS } from './eventrail.options';
 export { InvalidBatchResultError } from './errors/invalid-batch-result.error';
+// Typed events and settled() (issue 14).
+export { defineEvent, isEventDefinition } from './events/event-definition';
+export type { EventData, EventDefinition, EventInput, EventRef } from './events/event-definition';
+export { EventValidationError } from './errors/event-validation.error';
+export type { EventValidationIssue } from './errors/event-validation.error';
+export { InvalidEventSchemaError } from './errors/invalid-event-schema.error';
+export { DEFAULT_SETTLE_TIMEOUT_MS } from './consumer/eventrail-consumers';
+export type { SettleOptions } from './consumer/eventrail-consumers';
+export { SettleTimeoutError } from './errors/settle-timeout.error';
+export type { LaggingPartition } from './errors/settle-timeout.error';
+export type { CheckedInput, PublishedData } from './publisher/eventrail.publisher';

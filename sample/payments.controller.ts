@@ -1,7 +1,7 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { EventrailPublisher, PublishResult } from 'nestjs-eventrail';
-import { PAYMENT_COMPLETED, PaymentCompleted } from './payment-events';
+import { PaymentCompleted, PaymentCompletedEvent } from './payment-events';
 
 interface CompletePaymentBody {
   id?: unknown;
@@ -20,7 +20,8 @@ export class PaymentsController {
   async complete(@Body() body: CompletePaymentBody): Promise<PublishResult & { paymentId: string }> {
     const payment = toPayment(body ?? {});
     // The payment id is the key: every event of one payment lands in one partition, in order.
-    const result = await this.publisher.publish(PAYMENT_COMPLETED, payment, { key: payment.paymentId });
+    // Typed by the schema, and checked by it before anything is sent.
+    const result = await this.publisher.publish(PaymentCompletedEvent, payment, { key: payment.paymentId });
     return { paymentId: payment.paymentId, ...result };
   }
 
@@ -32,7 +33,7 @@ export class PaymentsController {
       { paymentId: randomUUID(), amountCents: 990, currency: 'EUR', email: 'alan@example.com' },
       { paymentId: randomUUID(), amountCents: 4200, currency: 'USD', email: 'grace@example.com' },
     ];
-    return this.publisher.publishMany(payments.map((data) => ({ event: PAYMENT_COMPLETED, data, key: data.paymentId })));
+    return this.publisher.publishMany(payments.map((data) => ({ event: PaymentCompletedEvent, data, key: data.paymentId })));
   }
 }
 

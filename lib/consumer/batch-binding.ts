@@ -1,3 +1,4 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../eventrail-message';
 import { reportedFailures } from './batch-result';
 import type { HandlerBinding, ResolvedBatchOptions } from './group-plan';
@@ -13,6 +14,7 @@ export function batchBinding(
   name: string,
   method: (messages: EventrailMessage[]) => unknown,
   options: ResolvedBatchOptions,
+  schema?: StandardSchemaV1,
 ): HandlerBinding {
   const callOne = (message: EventrailMessage): unknown => {
     const messages = [message];
@@ -20,7 +22,7 @@ export function batchBinding(
     if (typeof (result as PromiseLike<unknown> | null)?.then !== 'function') return throwReported(name, result, messages);
     return Promise.resolve(result).then((settled) => throwReported(name, settled, messages));
   };
-  return { name, call: callOne, batch: { ...options, name, call: method } };
+  return { name, call: callOne, schema, batch: { ...options, name, call: method, schema } };
 }
 
 function throwReported(name: string, result: unknown, messages: EventrailMessage[]): undefined {

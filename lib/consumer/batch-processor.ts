@@ -1,5 +1,6 @@
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
+import { EventValidationError } from '../errors/event-validation.error';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import type { MalformedEntry, RawEntry } from '../log/codec';
 import type { GiveUpReason } from '../log/dead-letter.codec';
@@ -9,6 +10,7 @@ import { reportedFailures } from './batch-result';
 import type { BatchBinding } from './group-plan';
 import type { Payload } from './message-processor';
 import { ABANDONED, HANDLED, type Outcome } from './outcome';
+import { validatedPayload } from './event-validation';
 import { retryVerdict } from './retry-policy';
 import type { StopSignal } from './stop-signal';
 
@@ -66,11 +68,20 @@ export class BatchProcessor {
     const outcomes = new Array<Outcome>(entries.length).fill(ABANDONED);
     const members: Member[] = [];
     for (let index = 0; index < entries.length; index++) {
+      let payload: Payload;
       try {
-        members.push({ index, entry: entries[index], payload: this.tools.decode(entries[index]) });
+        payload = this.tools.decode(entries[index]);
       } catch (error) {
         outcomes[index] = await this.tools.giveUp(entries[index], partition, 'malformed', error, 0, new Date());
+        continue;
       }
+      // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
+      const checked = binding.schema ? await validatedPayload(binding.schema, entries[index].event, payload) : payload;
+      if (checked instanceof EventValidationError) {
+        outcomes[index] = await this.tools.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
+        continue;
+      }
+      members.push({ index, entry: entries[index], payload: checked });
     }
     if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes);
     return outcomes;

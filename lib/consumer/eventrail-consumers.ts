@@ -12,6 +12,16 @@ import type { GroupStats } from './group-stats';
 import type { WorkerIdentity } from './membership';
 import { RebalanceSignal } from './rebalance-signal';
 import { MetricsHooks } from '../metrics/eventrail-metrics';
+import { checkInteger, checkObject, rejectUnknownKeys } from '../option-checks';
+import { waitUntilSettled } from './settle-watch';
+
+/** Options of `EventrailConsumers.settled()`. */
+export interface SettleOptions {
+  /** How long to wait before rejecting with `SettleTimeoutError`. @default 10000 */
+  timeoutMs?: number;
+}
+
+export const DEFAULT_SETTLE_TIMEOUT_MS = 10_000;
 
 /**
  * The consumer groups of this process, as the explorer planned them. Started
@@ -82,6 +92,24 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
   whenRunning(): Promise<void> {
     if (this.started) return Promise.resolve();
     return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+
+  /**
+   * Resolves once every group running in this process has handled (or
+   * dead-lettered) everything appended to the log before the call: each
+   * partition's last entry is noted now, and the wait ends when every group's
+   * committed offset reaches it in every partition, wherever that partition is
+   * worked (see `waitUntilSettled`). Waits for `whenRunning()` first. Rejects
+   * with `SettleTimeoutError`, naming the groups and partitions still behind,
+   * after `timeoutMs` (default 10000). Resolves at once when this process has
+   * no groups. Meant for tests: publish, `await settled()`, assert.
+   */
+  async settled(options: SettleOptions = {}): Promise<void> {
+    checkObject('settled options', options, 'an object like { timeoutMs: 5000 }');
+    rejectUnknownKeys('settled', options, ['timeoutMs']);
+    const timeoutMs = checkInteger('settled.timeoutMs', options.timeoutMs ?? DEFAULT_SETTLE_TIMEOUT_MS, 1, 2 ** 31 - 1);
+    if (this.groups.size === 0) return;
+    await waitUntilSettled(this.redis, [...this.groups.values()], this.whenRunning(), timeoutMs);
   }
 
   async onApplicationBootstrap(): Promise<void> {

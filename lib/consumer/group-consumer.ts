@@ -45,6 +45,7 @@ export class GroupConsumer {
     () => this.running,
   );
   private tickFailing = false;
+  private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
 
   constructor(
     readonly name: string,
@@ -67,6 +68,21 @@ export class GroupConsumer {
     return this.activeWorkers()
       .map((w) => w.partition)
       .sort((a, b) => a - b);
+  }
+
+  /**
+   * The committed offset of `partition` as this process's worker of it knows
+   * it, or undefined when no active worker here owns it (then Redis knows).
+   */
+  localCommitted(partition: number): string | undefined {
+    const worker = this.workers.get(partition);
+    return worker?.active ? worker.committedOffset : undefined;
+  }
+
+  /** Calls `listener` after every commit a worker of this group makes here; returns the unsubscribe. */
+  onCommit(listener: (partition: number, offset: string) => void): () => void {
+    this.commitListeners.add(listener);
+    return () => this.commitListeners.delete(listener);
   }
 
   async start(): Promise<void> {
@@ -203,6 +219,7 @@ export class GroupConsumer {
       processor: this.processor,
       semaphore: this.semaphore,
       options: this.options,
+      onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
     });
     this.workers.set(partition, worker);
     worker.start((ended) => this.onWorkerEnd(ended));

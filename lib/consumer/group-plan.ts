@@ -1,3 +1,4 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 
@@ -12,6 +13,8 @@ export interface BatchBinding extends ResolvedBatchOptions {
   /** `ClassName.method`, for logs and errors. */
   name: string;
   call: (messages: EventrailMessage[]) => unknown;
+  /** The event's `defineEvent` schema, when it has one: each message is checked (and parsed) before the batch is formed. */
+  schema?: StandardSchemaV1;
 }
 
 /** One `@OnEvent` method bound to its provider instance. */
@@ -25,6 +28,12 @@ export interface HandlerBinding {
   call: (message: EventrailMessage) => unknown;
   /** Set for a batch handler (`batch` in `@OnEvent`): the only handler of its events in the group. */
   batch?: BatchBinding;
+  /**
+   * The schema of the event's `defineEvent`, when it has one: the group checks
+   * the data with it before any handler of the event runs (one schema per
+   * event and group; the explorer refuses two).
+   */
+  schema?: StandardSchemaV1;
 }
 
 /** Handlers of one group, by event type. Several methods may handle the same event, unless one is a batch handler. */

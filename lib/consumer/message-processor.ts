@@ -8,6 +8,9 @@ import { DecodeError } from '../errors/decode.error';
 import { decodePayload, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { EventValidationError } from '../errors/event-validation.error';
+import { validatedPayload } from './event-validation';
 import { describeThrown, isInstanceOf } from '../util/describe-error';
 import type { GiveUpReason } from '../log/dead-letter.codec';
 import type { FailedMessageSink } from './failed-message';
@@ -92,6 +95,7 @@ export class MessageProcessor implements DeliveryTools {
     } catch (error) {
       return this.giveUp(entry, partition, 'malformed', error, 0, new Date());
     }
+    if (handlers[0].schema !== undefined) return this.validated(handlers[0].schema, entry, payload, handlers, partition, stop);
     if (handlers.length !== 1 || this.options.handlerTimeoutMs > 0) return this.attempt(entry, payload, handlers, partition, stop);
     const handler = handlers[0];
     let result: unknown;
@@ -111,6 +115,20 @@ export class MessageProcessor implements DeliveryTools {
   giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<Outcome> {
     const error = new CrashLoopError(deliveries, this.options.maxDeliveries);
     return this.giveUp(entry, partition, 'max-deliveries', error, deliveries, new Date());
+  }
+
+  /** A typed event: its schema checks (and parses) the data first; data that fails is dead-lettered at once as `invalid`. */
+  private async validated(
+    schema: StandardSchemaV1,
+    entry: RawEntry,
+    payload: Payload,
+    handlers: readonly HandlerBinding[],
+    partition: number,
+    stop: StopSignal,
+  ): Promise<Outcome> {
+    const checked = await validatedPayload(schema, entry.event, payload);
+    if (checked instanceof EventValidationError) return this.giveUp(entry, partition, 'invalid', checked, 0, new Date());
+    return this.attempt(entry, checked, handlers, partition, stop);
   }
 
   /** Runs `handlers` for attempt `attempt` and onwards, until they all succeed or the message is given up. */

@@ -40,6 +40,8 @@ export interface PartitionWorkerParams {
   processor: MessageProcessor;
   semaphore: Semaphore;
   options: ResolvedConsumerOptions;
+  /** Told of every commit that landed (what `EventrailConsumers.settled()` waits on). */
+  onCommitted?: (partition: number, offset: string) => void;
 }
 
 /**
@@ -359,6 +361,7 @@ export class PartitionWorker {
     }
     if (verdict === 'committed') {
       if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
+      this.params.onCommitted?.(this.partition, this.committed);
       return true;
     }
     this.logger.warn(this.record(`lease was taken over; dropping the partition without committing ${offset}`, { offset }));

@@ -1,5 +1,6 @@
 import { ON_EVENT_METADATA } from '../eventrail.constants';
 import type { ConsumerOptions } from '../eventrail.options';
+import type { EventRef } from '../events/event-definition';
 
 /** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */
 export interface BatchOptions {
@@ -38,13 +39,15 @@ export interface OnEventDeclaration {
 }
 
 /**
- * Handles `event` (or any of `events`) in consumer group `group`. Only records
+ * Handles `event` (or any of `events`, each a name or a `defineEvent`
+ * definition, whose schema then checks the data before the handler runs) in
+ * consumer group `group`. Only records
  * metadata: mistakes are reported at startup with the class and method name.
  *
  * Next to `@nestjs/event-emitter`, import it under another name:
  * `import { OnEvent as OnLogEvent } from 'nestjs-eventrail'`.
  */
-export function OnEvent(events: string | string[], group: string | OnEventGroupOptions): MethodDecorator & PropertyDecorator {
+export function OnEvent(events: EventRef | EventRef[], group: string | OnEventGroupOptions): MethodDecorator & PropertyDecorator {
   return (target: object, member: string | symbol, descriptor?: PropertyDescriptor) => {
     const { group: name, batch, ...options } = typeof group === 'object' && group !== null ? group : { group, batch: undefined };
     const declaration: OnEventDeclaration = {

@@ -11,6 +11,8 @@ import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type Re
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../log/validate-event';
+import { eventOf } from '../events/event-definition';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 
 /** A group's plan while the explorer collects it: handlers by event, options resolved so far. */
 interface PlanDraft {
@@ -61,12 +63,12 @@ export class EventrailExplorer implements OnModuleInit {
       );
     }
     if (!d.isMethod) throw new InvalidHandlerError(className, member, 'it is not a method');
-    const events = Array.isArray(d.events) ? (d.events as unknown[]) : [d.events];
+    const events = (Array.isArray(d.events) ? (d.events as unknown[]) : [d.events]).map(eventOf);
     if (events.length === 0) throw new InvalidHandlerError(className, member, 'no event names given');
     let batch: ReturnType<typeof resolveBatchOptions> | undefined;
     try {
       validateGroupName('group', d.group);
-      for (const event of events) validateEventName(event);
+      for (const event of events) validateEventName(event.name);
       if (d.batch !== undefined) batch = resolveBatchOptions('batch', d.batch);
     } catch (error) {
       if (error instanceof EventrailError) throw new InvalidHandlerError(className, member, error.message);
@@ -80,10 +82,10 @@ export class EventrailExplorer implements OnModuleInit {
     const instance = wrapper.instance as Record<string | symbol, (message: never) => unknown>;
     const name = `${className}.${member}`;
     const method = instance[d.member].bind(instance) as (message: never) => unknown;
-    const binding: HandlerBinding = batch
-      ? batchBinding(name, method as (messages: EventrailMessage[]) => unknown, batch)
-      : { name, call: method as (message: EventrailMessage) => unknown };
-    for (const event of events as string[]) {
+    for (const { name: event, schema } of events as Array<{ name: string; schema?: StandardSchemaV1 }>) {
+      const binding: HandlerBinding = batch
+        ? batchBinding(name, method as (messages: EventrailMessage[]) => unknown, batch, schema)
+        : { name, call: method as (message: EventrailMessage) => unknown, schema };
       const list = draft.handlers.get(event) ?? [];
       if (list.some((b) => b.name === binding.name)) continue;
       // A batch handler is alone on its events: a batch is retried and split as one call, which another handler of the same event would not follow.
@@ -97,6 +99,15 @@ export class EventrailExplorer implements OnModuleInit {
       }
       list.push(binding);
       draft.handlers.set(event, list);
+      const clash = shareSchema(list, schema);
+      if (clash !== undefined) {
+        throw new InvalidHandlerError(
+          className,
+          member,
+          `event "${event}" already has another schema in group "${String(d.group)}" (from ${clash}); ` +
+            'handlers of one event in one group must share one defineEvent',
+        );
+      }
     }
   }
 
@@ -108,4 +119,20 @@ export class EventrailExplorer implements OnModuleInit {
     }
     return draft;
   }
+}
+
+/**
+ * One schema per event and group: the data is checked (and parsed) once, by
+ * the schema of the event's definition, before any handler of it runs; a
+ * handler declared by name alone shares it. Two different schemas for one
+ * event in one group are refused: an entry that passed one and failed the
+ * other could be neither dead-lettered nor handled as a whole. Returns the
+ * handler whose other schema clashes with `added`, if one does.
+ */
+function shareSchema(list: HandlerBinding[], added: StandardSchemaV1 | undefined): string | undefined {
+  const other = list.find((b) => b.schema !== undefined && b.schema !== added);
+  if (added !== undefined && other !== undefined) return other.name;
+  const schema = added ?? other?.schema;
+  if (schema !== undefined) for (const binding of list) binding.schema = schema;
+  return undefined;
 }

@@ -1,4 +1,5 @@
-import { describeThrown } from '../util/describe-error';
+import { describeThrown, isInstanceOf } from '../util/describe-error';
+import { EventValidationError, type EventValidationIssue } from '../errors/event-validation.error';
 import { FIELD, isMalformed, MalformedEntry, RawEntry, readEntry } from './codec';
 
 /** Longest error stack kept in a dead letter. */
@@ -7,7 +8,7 @@ const MAX_STACK = 2_000;
 const ORIGINAL_FIELDS = new Set<string>([FIELD.id, FIELD.event, FIELD.key, FIELD.time, FIELD.data, FIELD.headers]);
 
 /** Why a message was given up and dead-lettered. */
-export type GiveUpReason = 'retries-exhausted' | 'non-retryable' | 'malformed' | 'max-deliveries';
+export type GiveUpReason = 'retries-exhausted' | 'non-retryable' | 'malformed' | 'max-deliveries' | 'invalid';
 
 /** What a dead letter records: the entry as read, where it was, and why and when handling it failed. */
 export interface DeadLetterRecord {
@@ -43,6 +44,8 @@ export interface DeadLetter {
   firstFailedAt: Date;
   failedAt: Date;
   worker: string;
+  /** Reason `invalid`: where and why the data did not match the event's schema. */
+  issues?: EventValidationIssue[];
 }
 
 /** Dead-letter stream fields: the original entry's fields under their own names, then the failure. */
@@ -82,6 +85,11 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
     'worker',
     workerId,
   );
+  // Reason `invalid`: the schema's issues, by path, for the admin API and the dashboard. Only then is the
+  // error known to be ours: a handler's thrown value is never inspected beyond describeThrown (a Proxy may throw).
+  if (failed.reason === 'invalid' && isInstanceOf(failed.error, EventValidationError)) {
+    fields.push('issues', JSON.stringify(failed.error.issues));
+  }
   return fields;
 }
 
@@ -136,7 +144,17 @@ export function decodeDeadLetter(id: string, list: string[]): DeadLetter {
     firstFailedAt: new Date(Number(f.firstFailedAt)),
     failedAt: new Date(Number(f.lastFailedAt)),
     worker: f.worker,
+    ...(f.issues === undefined ? {} : { issues: parseIssues(f.issues) }),
   };
+}
+
+function parseIssues(json: string): EventValidationIssue[] {
+  try {
+    const issues = JSON.parse(json) as unknown;
+    return Array.isArray(issues) ? (issues as EventValidationIssue[]) : [];
+  } catch {
+    return [];
+  }
 }
 
 function fieldMap(list: string[]): Record<string, string> {

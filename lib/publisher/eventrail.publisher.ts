@@ -15,6 +15,8 @@ import { encodeFields } from '../log/codec';
 import { newEventId } from '../log/event-id';
 import { partitionForKey } from '../log/partitioner';
 import { validateEventName, validateHeaders, validateJsonData } from '../log/validate-event';
+import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
+import { publishedEventName, publishedEventNames } from '../events/published-event';
 
 export interface PublishOptions {
   /** Ordering key: events with the same key go to the same partition and are handled in publish order. */
@@ -30,7 +32,8 @@ export interface PublishOptions {
 }
 
 export interface PublishInput<T = unknown> extends PublishOptions {
-  event: string;
+  /** The event's name, or its `defineEvent` definition (whose schema then checks `data`). */
+  event: EventRef;
   data: T;
 }
 
@@ -46,6 +49,12 @@ export interface PublishResult {
    */
   duplicate?: boolean;
 }
+
+/** What `publish` takes as the data of `E`: its schema's input for a definition, anything for a name. */
+export type PublishedData<E extends EventRef> = E extends EventDefinition ? EventInput<E> : unknown;
+
+/** One `publishMany` input as the compiler checks it: a definition's data must be its schema's input. */
+export type CheckedInput<I> = I extends { event: infer D extends EventDefinition } ? Omit<I, 'data'> & { data: EventInput<D> } : I;
 
 const MAX_ID_LENGTH = 200;
 const MAX_KEY_LENGTH = 1024;
@@ -73,7 +82,13 @@ export class EventrailPublisher {
    * Appends one event. Resolves once Redis has appended it (and, with
    * `durability: 'replicated'`, once the replicas confirmed it).
    */
-  async publish<T>(event: string, data: T, options: PublishOptions = {}): Promise<PublishResult> {
+  publish<T>(event: string, data: T, options?: PublishOptions): Promise<PublishResult>;
+  /** A `defineEvent` definition: `data` is typed by its schema's input and checked by the schema before anything is sent. */
+  publish<E extends EventRef>(event: E, data: PublishedData<E>, options?: PublishOptions): Promise<PublishResult>;
+  async publish(definitionOrName: EventRef, data: unknown, options: PublishOptions = {}): Promise<PublishResult> {
+    // A definition's schema checks the data first (awaited only when the schema is asynchronous).
+    const named = publishedEventName(definitionOrName, data);
+    const event = typeof named === 'string' ? named : await named;
     const prepared = this.prepare(event, data, options, Date.now());
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
@@ -91,10 +106,17 @@ export class EventrailPublisher {
    * atomic: if Redis fails midway, the call rejects and some events may have
    * been appended (the error lists how many).
    */
+  publishMany<const E extends ReadonlyArray<PublishInput>>(
+    events: E & { readonly [I in keyof E]: CheckedInput<E[I]> },
+    options?: { durability?: Durability },
+  ): Promise<PublishResult[]>;
   async publishMany(events: ReadonlyArray<PublishInput>, options: { durability?: Durability } = {}): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
+    // Every definition's schema checks its data before anything is prepared or sent.
+    const named = publishedEventNames(events);
+    const names = Array.isArray(named) ? named : await named;
     const now = Date.now();
-    const prepared = events.map((input) => this.prepare(input?.event, input?.data, input ?? {}, now));
+    const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now));
     const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
     if (prepared.length === 0) return [];
     this.assertReady();
