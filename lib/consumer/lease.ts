@@ -40,6 +40,8 @@ export interface CommitProgress {
   since: string;
   from: string;
   count: number;
+  /** Check the position against XINFO STREAM in this commit (it costs more than the count alone). */
+  verify: boolean;
 }
 
 /** How a commit ended: `committed`, or `fenced` when the lease is no longer this worker's. */
@@ -174,6 +176,7 @@ export class PartitionLease {
       progress?.since ?? '',
       progress?.from ?? '',
       progress?.count ?? '',
+      progress?.verify ? '1' : '0',
       ...(markTtlMs > 0 ? doneIds : []),
     );
     if (result !== 1) return 'fenced';

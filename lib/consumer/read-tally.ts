@@ -1,6 +1,12 @@
 import { compareStreamIds } from '../log/stream-id';
 import type { CommitProgress } from './lease';
 
+/**
+ * How often a commit asks the script to check the position against XINFO
+ * STREAM (commitOffset-5.lua); the commits in between only add their count.
+ */
+export const VERIFY_EVERY_MS = 1_000;
+
 /** A batch as read: its entries in stream order, and the ordinal of the first. */
 interface Run {
   first: number;
@@ -15,15 +21,20 @@ interface Run {
  * an entry already read), so the entries are consecutive in the stream.
  *
  * Costs one push per batch and one binary search per commit, nothing per
- * entry. Batches are dropped once a commit passes them.
+ * entry. Batches are dropped once a commit passes them. About once a second
+ * a commit asks for the position to be checked (`verify`).
  */
 export class ReadTally {
   /** The last offset committed (or sent to commit), ordinal `baseOrdinal`. */
   private base: string;
   private baseOrdinal = 0;
   private runs: Run[] = [];
+  private verifiedAt = -Infinity;
 
-  constructor(committed: string) {
+  constructor(
+    committed: string,
+    private readonly verifyEveryMs = VERIFY_EVERY_MS,
+  ) {
     this.base = committed;
   }
 
@@ -53,7 +64,13 @@ export class ReadTally {
     if (compareStreamIds(offset, this.base) <= 0) return undefined;
     const at = this.ordinalOf(offset);
     const from = this.entryAt(this.baseOrdinal + 1);
-    const progress = at !== undefined && from !== undefined ? { since: this.base, from, count: at - this.baseOrdinal } : undefined;
+    let progress: CommitProgress | undefined;
+    if (at !== undefined && from !== undefined) {
+      const now = performance.now();
+      const verify = now - this.verifiedAt >= this.verifyEveryMs;
+      if (verify) this.verifiedAt = now;
+      progress = { since: this.base, from, count: at - this.baseOrdinal, verify };
+    }
     this.base = offset;
     if (at === undefined) {
       this.baseOrdinal = 0;

@@ -73,8 +73,8 @@ if not offset then
 end
 
 if not storedPosition(KEYS[5], offset) then
-  local position = plainPosition(streamFacts(KEYS[4]), offset)
-  if position then storePosition(KEYS[5], offset, position) end
+  local position, anchor = plainPosition(streamFacts(KEYS[4]), offset)
+  if position then storePosition(KEYS[5], offset, position, anchor) end
 end
 
 -- After a drop, nothing of the last holder's work is kept: nothing to recover.

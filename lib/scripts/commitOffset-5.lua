@@ -20,19 +20,24 @@
   ARGV[6] the first entry the caller read after it ("" when unknown)
   ARGV[7] how many entries the caller read from ARGV[6] up to ARGV[2],
           both included ("" when unknown)
-  ARGV[8..] event ids to mark done
+  ARGV[8] "1" to check the position against XINFO STREAM now (the caller
+          asks for it now and then), else "0"
+  ARGV[9..] event ids to mark done
 
   Returns 1 committed (or already at/after that id), 0 fenced (lease lost).
 
-  The position of the new offset comes from the stream alone when it can
-  (caught up, or behind a trim), else from the caller's count: the entries it
-  read are consecutive in the stream, so when nothing after ARGV[5] was ever
-  removed, position(new) = position(ARGV[5]) + count; and when ARGV[5] lies
-  before the first entry and the caller's read began at that first entry,
-  position(new) = entries-added - length + count. Anything else (an entry
-  after the offset deleted, an earlier commit the caller did not hear of)
-  forgets the position, and readers count until a later commit knows it
-  again. Reading XINFO STREAM is O(1) (it decodes the first and last entry).
+  The position of the new offset (see stream-position.lua): the entries the
+  caller read are consecutive in the stream, so position(new) =
+  position(ARGV[5]) + count, with the same anchor, at the cost of an HGET and
+  an HSET. When the caller asks for a check, or nothing usable is stored,
+  XINFO STREAM (O(1): it decodes the first and last entry) gives it instead
+  and the new offset becomes the anchor: from the stream alone when it can
+  (caught up, or behind a trim); from the stored position when no entry
+  after its anchor was ever removed; or, when ARGV[5] lies before the first
+  entry and the caller's read began at that first entry, entries-added -
+  length + count. Anything else (an entry after the anchor deleted, an
+  earlier commit the caller did not hear of) forgets the position, and
+  readers count until a later commit knows it again.
 
   Every step that can fail (reading the offsets, writing the marks and the
   position) runs before the offset moves: a script that errors is not rolled
@@ -61,12 +66,12 @@ local offset = checked(ARGV[2], "the new offset")
 local advance = (not current) or idCompare(offset, checked(current, "the committed offset")) > 0
 
 local markTtl = tonumber(ARGV[4])
-if markTtl > 0 and #ARGV > 7 then
+if markTtl > 0 and #ARGV > 8 then
   local time = rcall("TIME")
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   local expiry = now + markTtl
   local args = {}
-  for i = 8, #ARGV do
+  for i = 9, #ARGV do
     args[#args + 1] = expiry
     args[#args + 1] = ARGV[i]
     if #args >= CHUNK then
@@ -80,27 +85,30 @@ if markTtl > 0 and #ARGV > 7 then
   rcall("ZREMRANGEBYSCORE", KEYS[3], "-inf", now)
 end
 
--- The position of the new offset (nil when it cannot be known exactly).
+-- The position of the new offset and its anchor (nil when it cannot be known exactly).
 local function newPosition()
-  local facts = streamFacts(KEYS[5])
-  local position = plainPosition(facts, offset)
-  if position or not facts or not facts.added or facts.length == 0 then return position end
   local since, from, count = ARGV[5], ARGV[6], tonumber(ARGV[7])
-  if current ~= since or not count or from == "" then return nil end
-  if idCompare(since, facts.first) >= 0 then
-    -- Nothing after `since` was trimmed; was anything deleted?
-    local base = storedPosition(KEYS[4], since)
-    if base and idCompare(facts.maxDeleted, since) <= 0 then position = base + count end
-  elseif from == facts.first and idCompare(facts.maxDeleted, from) < 0 then
+  local counted = current == since and count and from ~= ""
+  local base, anchor
+  if counted then base, anchor = storedPosition(KEYS[4], since) end
+  if base and ARGV[8] ~= "1" then return base + count, anchor end
+
+  local facts = streamFacts(KEYS[5])
+  local position, plainAnchor = plainPosition(facts, offset)
+  if position or not counted or not facts or not facts.added or facts.length == 0 then return position, plainAnchor end
+  if base and intactFrom(facts, anchor) then
+    position = base + count
+  elseif idCompare(since, facts.first) < 0 and from == facts.first and idCompare(facts.maxDeleted, from) < 0 then
     position = facts.added - facts.length + count
   end
   -- The lag it gives must lie between 1 and the length (the offset is before the last entry).
   if position and (facts.added - position < 1 or facts.added - position > facts.length) then return nil end
-  return position
+  return position, offset
 end
 
 if advance then
-  storePosition(KEYS[4], offset, newPosition())
+  local position, anchor = newPosition()
+  storePosition(KEYS[4], offset, position, anchor)
 end
 -- Neither can fail once the checks above passed.
 rcall("PEXPIRE", KEYS[1], ARGV[3])

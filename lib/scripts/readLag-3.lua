@@ -8,8 +8,8 @@
   KEYS[3] recovery hash (its "position" field)
 
   Returns { lag, committedOffset }: lag is -1 when it cannot be told here
-  (no position stored for this offset, an entry after it deleted, or Redis
-  before 7.0), and the caller counts instead; committedOffset is false when
+  (no position stored for this offset, an entry after its anchor removed, or
+  Redis before 7.0), and the caller counts instead; committedOffset is false when
   the group never read the partition (every entry is lag then).
 ]]
 local rcall = redis.call
@@ -20,9 +20,9 @@ local offset = committed or "0-0"
 local facts = streamFacts(KEYS[1])
 if not facts or facts.length == 0 or idCompare(offset, facts.last) >= 0 then return { 0, committed } end
 if idCompare(offset, facts.first) < 0 then return { facts.length, committed } end
-if not facts.added or idCompare(facts.maxDeleted, offset) > 0 then return { -1, committed } end
-local position = storedPosition(KEYS[3], offset)
-if not position then return { -1, committed } end
+if not facts.added then return { -1, committed } end
+local position, anchor = storedPosition(KEYS[3], offset)
+if not position or not intactFrom(facts, anchor) then return { -1, committed } end
 local lag = facts.added - position
 if lag < 1 or lag > facts.length then return { -1, committed } end
 return { lag, committed }

@@ -38,7 +38,7 @@ local rcall = redis.call
 local function countedPosition(facts)
   local upTo, count, added = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   if not upTo or not count or not added or not facts or not facts.added or facts.length == 0 then return nil end
-  if idCompare(ARGV[1], facts.first) < 0 or idCompare(facts.maxDeleted, ARGV[1]) > 0 then return nil end
+  if not intactFrom(facts, ARGV[1]) then return nil end
   local position = added - count
   if facts.added - position < 1 or facts.added - position > facts.length then return nil end
   return position
@@ -48,7 +48,9 @@ local previous = rcall("GET", KEYS[2])
 local epoch = rcall("INCR", KEYS[3])
 rcall("HSET", KEYS[4], "released", epoch)
 local facts = streamFacts(KEYS[6])
-storePosition(KEYS[4], ARGV[1], plainPosition(facts, ARGV[1]) or countedPosition(facts))
+local position, anchor = plainPosition(facts, ARGV[1])
+if not position then position, anchor = countedPosition(facts), ARGV[1] end
+storePosition(KEYS[4], ARGV[1], position, anchor)
 rcall("DEL", KEYS[5])
 rcall("DEL", KEYS[1])
 rcall("SET", KEYS[2], ARGV[1])

@@ -30,10 +30,11 @@ export interface EventrailCommands {
     id: string,
     ttlMs: number,
     markTtlMs: number,
-    /** The caller's previous commit (see commitOffset-5.lua), and what it read after it: first entry and count, or ''. */
+    /** The caller's previous commit (see commitOffset-5.lua), what it read after it (first entry and count, or ''), and whether to check the position now. */
     since: string,
     from: string,
     count: number | '',
+    verify: '0' | '1',
     ...doneIds: string[]
   ): Promise<number>;
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;

@@ -8,10 +8,18 @@
   move both sides by one and trims below the offset move neither, so P stays
   right until an entry after the offset is removed: a trim past the offset
   (the first entry is then after it, and lag is simply the length) or an XDEL
-  after it (max-deleted-entry-id is then after it, and the position is not
-  trusted). Kept in the recovery hash's "position" field as
-  "<offset>@<position>", so a position written for another offset (an older
-  eventrail moved the offset without it) is never taken for this one.
+  after it.
+
+  Kept in the recovery hash's "position" field as
+  "<offset>@<position>@<anchor>": the anchor is where the position was last
+  checked against XINFO STREAM (that offset, or the first entry when the
+  offset lay before it). Commits in between add the entries the worker read
+  (it reads them consecutively), which is exact as long as no entry from the
+  anchor on was ever removed; readers check exactly that (the first entry at
+  or before the anchor, max-deleted-entry-id before it), so a commit needs
+  XINFO STREAM only now and then. A position stored for
+  another offset (an older eventrail moved the offset without it) is never
+  taken for this one.
 
   Stream ids are "<ms>-<seq>" whose parts can exceed a Lua double's exact
   range, so they are compared as digit strings (longer is larger).
@@ -45,38 +53,46 @@ local function streamFacts(stream)
   }
 end
 
--- The position of `offset` when the stream alone tells it (nil otherwise):
--- at or after the last entry nothing is behind (entries-added itself), before
--- the first one the whole stream is (entries-added - length). Ids past the
--- last generated one are left alone: entries appended later may fall before
--- them.
+-- The position of `offset` when the stream alone tells it, and its anchor
+-- (nil otherwise): at or after the last entry nothing is behind
+-- (entries-added itself), before the first one the whole stream is
+-- (entries-added - length; anchored at that first entry, as no entry between
+-- the offset and it exists). Ids past the last generated one are left alone:
+-- entries appended later may fall before them.
 local function plainPosition(facts, offset)
   if not facts then
-    if offset == "0-0" then return 0 end
+    if offset == "0-0" then return 0, offset end
     return nil
   end
   if not facts.added then return nil end
   if facts.length == 0 or idCompare(offset, facts.last) >= 0 then
-    if idCompare(offset, facts.lastGenerated) <= 0 then return facts.added end
+    if idCompare(offset, facts.lastGenerated) <= 0 then return facts.added, offset end
     return nil
   end
-  if idCompare(offset, facts.first) < 0 then return facts.added - facts.length end
+  if idCompare(offset, facts.first) < 0 then return facts.added - facts.length, facts.first end
   return nil
 end
 
--- The stored position of `offset`, nil when none is stored for exactly it.
+-- The stored position of `offset` and its anchor, nil when none is stored for exactly it.
 local function storedPosition(recovery, offset)
   local stored = rcall("HGET", recovery, "position")
   if not stored then return nil end
-  local at, position = string.match(stored, "^(.-)@(%d+)$")
+  local at, position, anchor = string.match(stored, "^(.-)@(%d+)@(.+)$")
   if at ~= offset then return nil end
-  return tonumber(position)
+  return tonumber(position), anchor
 end
 
--- Stores the position of `offset`, or forgets it when unknown (readers count then).
-local function storePosition(recovery, offset, position)
+-- True when no entry from `anchor` on was ever removed (trimmed or deleted),
+-- so a position counted forward from it still holds.
+local function intactFrom(facts, anchor)
+  return facts.length > 0 and idCompare(facts.first, anchor) <= 0 and idCompare(facts.maxDeleted, anchor) < 0
+end
+
+-- Stores the position of `offset` (checked at `anchor`), or forgets it when
+-- unknown (readers count then).
+local function storePosition(recovery, offset, position, anchor)
   if position then
-    rcall("HSET", recovery, "position", offset .. "@" .. string.format("%d", position))
+    rcall("HSET", recovery, "position", offset .. "@" .. string.format("%d", position) .. "@" .. (anchor or offset))
   else
     rcall("HDEL", recovery, "position")
   end

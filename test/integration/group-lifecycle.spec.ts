@@ -134,6 +134,7 @@ describe('group lifecycle: registry, prune and delete against running workers', 
         '',
         '',
         '',
+        '0',
         'old-id',
       );
     }

@@ -200,3 +200,69 @@ describe('lag from the committed position', () => {
     await expectExact('ledger', 7);
   });
 });
+
+/**
+ * The commit script's two ways of keeping the position (commitOffset-5.lua):
+ * adding the worker's count to the stored one (no XINFO), and checking it
+ * against XINFO STREAM when asked. A count that went wrong between checks
+ * (an entry deleted before the worker read it) is never shown as lag.
+ */
+describe('lag positions through the commit script', () => {
+  const prefix = uniquePrefix('lagscript');
+  const keys = new EventrailKeys(prefix, 1);
+  let redis: Redis;
+  let client: EventrailClient;
+  let ids: string[];
+  let token: string;
+  let since = STREAM_START;
+
+  const lag = async (): Promise<number> => (await client.eventrailReadLag(keys.stream(0), keys.offset('g', 0), keys.recovery('g', 0)))[0];
+  /** Commits `to` as a worker would that read `count` entries from `from` after its last commit. */
+  const commit = async (to: string, from: string, count: number, verify: '0' | '1'): Promise<void> => {
+    const k = [keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), keys.recovery('g', 0), keys.stream(0)] as const;
+    expect(await client.eventrailCommitOffset(...k, token, to, 60_000, 0, since, from, count, verify)).toBe(1);
+    since = to;
+  };
+
+  beforeAll(async () => {
+    redis = new Redis(testRedisUrl());
+    client = registerScripts(redis);
+    const pipeline = redis.pipeline();
+    for (let n = 0; n < 10; n++) pipeline.xadd(keys.stream(0), '*', 'event', 'e', 'data', '{}');
+    ids = ((await pipeline.exec()) ?? []).map(([, id]) => id as string);
+    const acquired = await client.eventrailAcquireLease(
+      keys.lease('g', 0),
+      keys.epoch('g', 0),
+      keys.offset('g', 0),
+      keys.stream(0),
+      keys.recovery('g', 0),
+      'w',
+      60_000,
+      'start',
+      '',
+    );
+    token = acquired![0];
+  });
+  afterAll(async () => {
+    await deletePrefix(redis, prefix);
+    redis.disconnect();
+  });
+
+  it('adds counts between checks, and trusts them only while nothing from the anchor on was removed', async () => {
+    expect(await lag()).toBe(10); // before the first entry: the length
+    await commit(ids[2], ids[0], 3, '0'); // counted on from the acquire's position, anchored at the first entry
+    expect(await lag()).toBe(7);
+    await commit(ids[4], ids[3], 2, '1'); // checked: anchored here now
+    expect(await lag()).toBe(5);
+
+    await redis.xdel(keys.stream(0), ids[6]); // before the worker reads it: its count comes out one short
+    await commit(ids[7], ids[5], 2, '0');
+    expect(await lag()).toBe(-1); // not trusted (deleted after the anchor): readers count
+    await commit(ids[8], ids[8], 1, '1'); // the check finds the deletion and forgets the position
+    expect(await redis.hget(keys.recovery('g', 0), 'position')).toBeNull();
+    await commit(ids[9], ids[9], 1, '0'); // nothing stored: checked anyway, and the end of the log tells it
+    expect(await lag()).toBe(0);
+    await redis.xadd(keys.stream(0), '*', 'event', 'e', 'data', '{}');
+    expect(await lag()).toBe(1);
+  });
+});

@@ -86,6 +86,7 @@ describe('scripts with many arguments', () => {
       '',
       '',
       '',
+      '0',
       ...ids,
     );
     expect(result).toBe(1);
@@ -111,6 +112,7 @@ describe('scripts with many arguments', () => {
         '',
         '',
         '',
+        '0',
         'a',
         'b',
       ),
@@ -130,6 +132,7 @@ describe('scripts with many arguments', () => {
         '',
         '',
         '',
+        '0',
       ),
     ).rejects.toThrow(/not a stream id: not-an-id/);
     expect(await redis.get(keys.offset('g', 0))).toBe('0-0');
@@ -177,7 +180,7 @@ describe('scripts with many arguments', () => {
     const token = await acquire();
     const ids = Array.from({ length: 20_000 }, (_, i) => `event-${i}`);
     const g0 = [keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), keys.recovery('g', 0), keys.stream(0)] as const;
-    await client.eventrailCommitOffset(...g0, token, '5-0', 60_000, 60_000, '', '', '', ...ids);
+    await client.eventrailCommitOffset(...g0, token, '5-0', 60_000, 60_000, '', '', '', '0', ...ids);
     const reset = (): Promise<string | null> =>
       client.eventrailResetOffset(
         keys.lease('g', 0),
