@@ -265,4 +265,16 @@ describe('lag positions through the commit script', () => {
     await redis.xadd(keys.stream(0), '*', 'event', 'e', 'data', '{}');
     expect(await lag()).toBe(1);
   });
+
+  it('counts instead while a trim reached past the anchor but not the offset', async () => {
+    const more: string[] = [];
+    for (let n = 0; n < 4; n++) more.push((await redis.xadd(keys.stream(0), '*', 'event', 'e', 'data', '{}')) as string);
+    const first = (await redis.xrange(keys.stream(0), `(${since}`, '+', 'COUNT', 1))[0][0];
+    await commit(more[1], first, 3, '0'); // anchored at ids[9], from the last check
+    expect(await lag()).toBe(2);
+    await redis.xtrim(keys.stream(0), 'MINID', more[0]); // past the anchor, before the offset
+    expect(await lag()).toBe(-1);
+    const status = await countEntriesAfter(client, keys.stream(0), more[1]);
+    expect(status).toEqual({ lag: 2, capped: false }); // what readers count then: exact, and short
+  });
 });
