@@ -71,6 +71,8 @@ export interface EventrailCommands {
     /** An exact count of the entries after `to` up to `upTo`, which was the last entry when `entriesAdded` was read (resetOffset-6.lua). */
     ...counted: [] | [upTo: string, count: number, entriesAdded: number]
   ): Promise<string | null>;
+  /** After a retention trim: moves a live group's position anchor up to the new first entry (reanchorPosition-2.lua). */
+  eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
@@ -108,6 +110,7 @@ const SCRIPTS = [
   'publishDedup-2',
   'resetOffset-6',
   'readLag-3',
+  'reanchorPosition-2',
   'markDelivery-1',
   'releaseLock-1',
   'trimLog-2',

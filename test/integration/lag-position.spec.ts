@@ -278,3 +278,56 @@ describe('lag positions through the commit script', () => {
     expect(status).toEqual({ lag: 2, capped: false }); // what readers count then: exact, and short
   });
 });
+
+/**
+ * Retention trims only what every live group committed, so a group's position
+ * survives a trim that reaches past its anchor: the cycle moves the anchor up
+ * (reanchorPosition-2.lua) and the lag stays O(1) and exact.
+ */
+describe('lag positions through retention', () => {
+  const prefix = uniquePrefix('lagret');
+  const keys = new EventrailKeys(prefix, 1);
+  let redis: Redis;
+  let client: EventrailClient;
+  let app: INestApplicationContext;
+
+  beforeAll(async () => {
+    redis = new Redis(testRedisUrl());
+    client = registerScripts(new Redis(testRedisUrl()));
+  });
+  afterAll(async () => {
+    await app?.close();
+    await deletePrefix(redis, prefix);
+    redis.disconnect();
+    client.disconnect();
+  });
+
+  it('keeps a position whose anchor a retention trim passed, below the offset', async () => {
+    // Both groups register and catch up on a few entries, then leave: live for retention (seen a moment ago).
+    const consumers = await createApp({ prefix, partitions: 1 }, [Ledger]);
+    const first = await consumers.get(EventrailPublisher).publishMany([1, 2, 3].map((n) => ({ event: 'e', data: { n } })));
+    await waitFor(async () => (await redis.get(keys.offset('ledger', 0))) === first[2].offset, 'ledger caught up');
+    await waitFor(async () => (await redis.get(keys.offset('mailer', 0))) === first[2].offset, 'mailer caught up');
+    await consumers.close();
+
+    app = await createApp({ prefix, partitions: 1, retention: { enabled: false, maxLen: 2_000, approximate: false } });
+    const ids = (await app.get(EventrailPublisher).publishMany(Array.from({ length: 5_000 }, (_, n) => ({ event: 'e', data: { n } })))).map(
+      (p) => p.offset,
+    );
+    const admin = app.get(EventrailAdmin);
+    await admin.resetOffsets('mailer', 'end');
+    await admin.resetOffsets('ledger', { id: ids[4_000] }); // 1 000 behind, past what maxLen keeps
+    // As a worker's chain leaves it: the position counted on since a check one second earlier, at ids[100].
+    const [offset, position] = (await redis.hget(keys.recovery('ledger', 0), 'position'))!.split('@');
+    await redis.hset(keys.recovery('ledger', 0), 'position', `${offset}@${position}@${ids[100]}`);
+    const lag = async (): Promise<number> =>
+      (await client.eventrailReadLag(keys.stream(0), keys.offset('ledger', 0), keys.recovery('ledger', 0)))[0];
+    expect(await lag()).toBe(1_000);
+
+    const result = await admin.runRetention();
+    expect(result.partitions[0].trimmed).toBe(3_003); // keeps the newest 2 000 (the ledger, 1 000 behind, holds nothing back)
+    expect(await redis.xlen(keys.stream(0))).toBe(2_000);
+    expect(await lag()).toBe(1_000); // still from the position, not counted
+    expect((await admin.group('ledger')).partitions[0]).toMatchObject({ lag: 1_000, lagCapped: false });
+  });
+});
