@@ -3,11 +3,13 @@ import { batchHandlers } from './batch-handlers';
 import { cluster } from './cluster';
 import { drain } from './drain';
 import { idle } from './idle';
+import { lagCost } from './lag-cost';
 import { latency } from './latency';
 import { listLock } from './list-lock';
 import { memory } from './memory';
 import { publishBatch } from './publish-batch';
 import { publishCallers } from './publish-callers';
+import { scaling, scalingDrain } from './scaling';
 import { waitingHandlers } from './waiting-handlers';
 
 /** Every scenario, in the order they run and are reported. */
@@ -22,4 +24,7 @@ export const scenarioFactories: ScenarioFactory[] = [
   listLock,
   cluster,
   batchHandlers,
+  lagCost,
+  scaling,
+  scalingDrain,
 ];

@@ -46,6 +46,11 @@ export class BenchChild {
     });
   }
 
+  /** The child's process id (its memory is read from /proc by the scaling scenario). */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
   on(listener: (report: ChildReport) => void): void {
     this.listeners.add(listener);
   }

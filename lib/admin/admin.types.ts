@@ -15,7 +15,10 @@ export interface PartitionStatus {
   partition: number;
   /** Committed offset, or null before the group first read the partition. */
   committed: string | null;
-  /** Entries after the committed offset; exact unless both sides of it hold more than `LAG_COUNT_CAP` entries. */
+  /**
+   * Entries after the committed offset: exact, from the offset's stored position (see `readLag`); where that is unknown and
+   * the entries are counted, exact unless both sides of the offset hold more than `LAG_COUNT_CAP` entries.
+   */
   lag: number;
   /** True when there are more than `lag` entries (the count stopped at the cap). */
   lagCapped: boolean;

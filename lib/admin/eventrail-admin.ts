@@ -5,6 +5,7 @@ import type { ResolvedEventrailOptions } from '../eventrail.options';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../log/dead-letter.codec';
+import { countToEnd } from '../log/lag';
 import { isStreamId, offsetBeforeTime, previousStreamId, STREAM_START } from '../log/stream-id';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
@@ -124,13 +125,17 @@ export class EventrailAdmin {
     }
     if (!dryRun) {
       for (const { partition, to: target } of changes) {
+        // An id or a time lands mid-log: counted once here, so its lag is O(1) afterwards (resetOffset-6.lua).
+        const counted = typeof to === 'object' ? await countToEnd(client, keys.stream(partition), target) : undefined;
         await client.eventrailResetOffset(
           keys.lease(group, partition),
           keys.offset(group, partition),
           keys.epoch(group, partition),
           keys.recovery(group, partition),
           keys.done(group, partition),
+          keys.stream(partition),
           target,
+          ...(counted ? ([counted.upTo, counted.count, counted.entriesAdded] as const) : ([] as const)),
         );
       }
       // Running workers find their leases gone now rather than at their next renewal.

@@ -1,10 +1,14 @@
 import { leaseOwner } from '../consumer/lease';
-import { countEntriesAfter, LAG_COUNT_CAP } from '../log/lag';
+import { readLag } from '../log/lag';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { GroupStatus, PartitionStatus } from './admin.types';
 import type { GroupFactsReader } from './group-facts.reader';
 
-/** Reads a group's status (its facts, leases, dead letters and lag): one round trip, plus a count only where there is lag. */
+/**
+ * Reads a group's status (its facts, leases, dead letters and lag): one round
+ * trip, a constant number of commands per partition whatever the lag (see
+ * `readLag`), plus a count only where a partition's lag position is unknown.
+ */
 export class GroupStatusReader {
   constructor(
     private readonly redis: EventrailRedis,
@@ -22,11 +26,7 @@ export class GroupStatusReader {
     // Sent in the same tick as the facts' commands: one round trip for all.
     const factsRead = this.facts.read([group]);
     const leases = Array.from({ length: keys.partitions }, (_, p) =>
-      Promise.all([
-        client.get(keys.lease(group, p)),
-        client.pttl(keys.lease(group, p)),
-        client.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1),
-      ]),
+      Promise.all([client.get(keys.lease(group, p)), client.pttl(keys.lease(group, p)), readLag(client, keys, group, p, signal)]),
     );
     const [
       {
@@ -37,26 +37,17 @@ export class GroupStatusReader {
       partitions,
     ] = await Promise.all([factsRead, client.smembers(keys.events(group)), client.xlen(keys.deadLetters(group)), Promise.all(leases)]);
 
-    // Lag is counted only where there is some, every partition at once.
     signal?.throwIfAborted();
-    const partitionStatus: PartitionStatus[] = await Promise.all(
-      partitions.map(async ([lease, ttl, last], p) => {
-        const committed = facts.committed[p];
-        const lastId = last[0]?.[0] ?? null;
-        const { lag, capped } =
-          lastId === null || lastId === committed
-            ? { lag: 0, capped: false }
-            : await countEntriesAfter(client, keys.stream(p), committed ?? '0-0', LAG_COUNT_CAP, signal);
-        return {
-          partition: p,
-          committed,
-          lag,
-          lagCapped: capped,
-          leaseOwner: lease ? leaseOwner(lease) : null,
-          leaseExpiresInMs: lease && ttl >= 0 ? ttl : null,
-        };
-      }),
-    );
+    const partitionStatus: PartitionStatus[] = partitions.map(([lease, ttl, { lag, capped }], p) => {
+      return {
+        partition: p,
+        committed: facts.committed[p],
+        lag,
+        lagCapped: capped,
+        leaseOwner: lease ? leaseOwner(lease) : null,
+        leaseExpiresInMs: lease && ttl >= 0 ? ttl : null,
+      };
+    });
     return {
       name: group,
       events: events.sort(),

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { countEntriesAfter } from '../log/lag';
+import { readLag } from '../log/lag';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import { describeError } from '../util/describe-error';
 import { logRecord } from '../util/log-record';
@@ -152,11 +152,11 @@ export class GroupConsumer {
     }
   }
 
-  /** Reports the lag of the partitions this process works (see `countEntriesAfter` for when it is exact). */
+  /** Reports the lag of the partitions this process works (see `readLag` for when it is exact). */
   private async sampleLag(): Promise<void> {
     const owned = this.activeWorkers();
     const { client, keys } = this.redis;
-    const lags = await Promise.all(owned.map((w) => countEntriesAfter(client, keys.stream(w.partition), w.committedOffset)));
+    const lags = await Promise.all(owned.map((w) => readLag(client, keys, this.name, w.partition)));
     // Only partitions still worked here: a sample of one released or lost meanwhile would bring back its removed series.
     owned.forEach((w, i) => {
       if (this.workers.get(w.partition) === w && w.active) this.metrics.emit('onLag', this.name, w.partition, lags[i].lag);

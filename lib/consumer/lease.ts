@@ -7,7 +7,7 @@ import type { EventrailRedis } from '../redis/eventrail-redis';
  * partition at a time. Its value is the token `<workerId>:<epoch>`, the epoch
  * fresh from a counter on every acquire (acquireLease-5.lua builds it), so a
  * worker that paused past its TTL and came back holds a token that no longer
- * matches: every commit checks it (commitOffset-3.lua) and fails.
+ * matches: every commit checks it (commitOffset-5.lua) and fails.
  */
 
 /** The worker id in a lease token (worker ids contain `:` themselves; the epoch is what follows the last one). */
@@ -27,6 +27,21 @@ export interface AcquiredLease {
   committed: string;
   /** The previous holder did not release the lease: it died, froze or lost Redis. */
   recovering: boolean;
+}
+
+/**
+ * What a commit moved over, as the worker read it: from `since` (its previous
+ * commit, or the offset it found) the entries `from` up to the new offset,
+ * `count` of them. The commit script keeps the new offset's lag position with
+ * it (commitOffset-5.lua); without it the position is forgotten and lag is
+ * counted until a commit reaches the end of the log.
+ */
+export interface CommitProgress {
+  since: string;
+  from: string;
+  count: number;
+  /** Check the position against XINFO STREAM in this commit (it costs more than the count alone). */
+  verify: boolean;
 }
 
 /** How a commit ended: `committed`, or `fenced` when the lease is no longer this worker's. */
@@ -141,20 +156,27 @@ export class PartitionLease {
   /**
    * Moves the committed offset to `offset` if the lease is still this
    * worker's, extends it, and writes the idempotency done-marks of `doneIds`
-   * (with `markTtlMs` > 0) in the same atomic step. Rejects when Redis did not
+   * (with `markTtlMs` > 0) and the offset's lag position (from `progress`) in
+   * the same atomic step: still one script call. Rejects when Redis did not
    * answer: whether it landed is then unknown.
    */
-  async commit(offset: string, doneIds: readonly string[], markTtlMs: number): Promise<CommitVerdict> {
+  async commit(offset: string, doneIds: readonly string[], markTtlMs: number, progress?: CommitProgress): Promise<CommitVerdict> {
     const { keys, client } = this.redis;
     const sentAt = performance.now();
     const result = await client.eventrailCommitOffset(
       this.key,
       keys.offset(this.group, this.partition),
       keys.done(this.group, this.partition),
+      keys.recovery(this.group, this.partition),
+      keys.stream(this.partition),
       this.token,
       offset,
       this.ttlMs,
       markTtlMs,
+      progress?.since ?? '',
+      progress?.from ?? '',
+      progress?.count ?? '',
+      progress?.verify ? '1' : '0',
       ...(markTtlMs > 0 ? doneIds : []),
     );
     if (result !== 1) return 'fenced';

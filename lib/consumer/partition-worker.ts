@@ -13,6 +13,7 @@ import { BatchContext, BatchRun } from './batch-run';
 import type { GroupStats } from './group-stats';
 import type { PartitionLease } from './lease';
 import type { MessageProcessor } from './message-processor';
+import { ReadTally } from './read-tally';
 import { RecoveryWindow } from './recovery-window';
 import type { Semaphore } from './semaphore';
 import { StopSignal } from './stop-signal';
@@ -75,12 +76,15 @@ export class PartitionWorker {
   private readonly batchContext: BatchContext;
   /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
   private readonly readSize: number;
+  /** Counts what each commit moves over, for the offset's lag position. */
+  private readonly tally: ReadTally;
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
     this.stop = new StopSignal(() => lease.mayHaveExpired);
     this.streamKey = params.redis.keys.stream(lease.partition);
     this.committed = this.cursor = params.committed;
+    this.tally = new ReadTally(params.committed);
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
@@ -263,6 +267,7 @@ export class PartitionWorker {
   private async runBatch(batch: BatchRun): Promise<Step> {
     this.current = batch;
     const batchStart = this.cursor;
+    this.tally.took(batchStart, batch.entries);
     const recovering = this.recovery.active;
     this.recovery.consume(batch.entries.length);
     this.cursor = batch.lastOffset;
@@ -289,6 +294,7 @@ export class PartitionWorker {
 
   /** The entry after the committed offset was dead-lettered unhandled (a crash loop): commit past it. */
   private async passOver(entry: Entry): Promise<Step> {
+    this.tally.took(this.cursor, [entry]);
     this.cursor = entry.offset;
     this.recovery.consume(1);
     if (!(await this.commit(entry.offset))) return 'end';
@@ -351,7 +357,7 @@ export class PartitionWorker {
     const { options, lease } = this.params;
     let verdict: 'committed' | 'fenced';
     try {
-      verdict = await lease.commit(offset, doneIds, options.enableIdempotency ? options.idempotencyTtlMs : 0);
+      verdict = await lease.commit(offset, doneIds, options.enableIdempotency ? options.idempotencyTtlMs : 0, this.tally.advance(offset));
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.

@@ -17,9 +17,11 @@ export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
 export interface EventrailHealthOptions {
   /**
    * Most entries a group may have after its committed offsets (summed over its
-   * partitions); more and the check is `down`. Lag is a lower bound when a
-   * partition holds more than `LAG_COUNT_CAP` entries on both sides of its
-   * offset, so keep the limit below it.
+   * partitions); more and the check is `down`. Lag is exact from the
+   * committed offsets' positions; where one is unknown and the lag is
+   * counted, it is a lower bound when the partition holds more than
+   * `LAG_COUNT_CAP` entries on both sides of its offset, so keep the limit
+   * below it.
    * @default no limit
    */
   maxLag?: number;

@@ -32,7 +32,10 @@ export interface GroupHealth {
   unowned: number[];
   /** Entries after the committed offsets, summed over partitions (see `PartitionStatus.lag` for when it is exact). */
   lag: number;
-  /** True when some partition holds more than `LAG_COUNT_CAP` entries on both sides of its offset, so `lag` is a lower bound. */
+  /**
+   * True when some partition's lag had to be counted (its position unknown, see `readLag`) and it holds more than
+   * `LAG_COUNT_CAP` entries on both sides of its offset, so `lag` is a lower bound.
+   */
   lagCapped: boolean;
   deadLetters: number;
   /** Partitions whose committed offset has not moved for more than `maxStallMs` while they have lag (empty without `maxStallMs`). */

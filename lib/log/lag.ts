@@ -1,10 +1,74 @@
 import type { Cluster, Redis } from 'ioredis';
+import type { EventrailClient } from '../scripts/scripts';
+import type { EventrailKeys } from './keys';
 import { STREAM_START } from './stream-id';
 
+/** A group's lag in one partition, and the committed offset it was measured from (null: never read). */
+export interface PartitionLag {
+  lag: number;
+  /** True when the lag was counted and both sides of the offset passed `LAG_COUNT_CAP`: a lower bound. */
+  capped: boolean;
+  committed: string | null;
+}
+
 /**
- * Lag is counted entry by entry (streams have no range count). Each side of
- * the committed offset is counted up to this many entries; past it on both
- * sides the lag is reported as capped.
+ * A group's lag in a partition. One script call (readLag-3.lua): the
+ * committed offset keeps its position in the stream's `entries-added`
+ * numbering (written by the commit script), so lag is `entries-added` minus
+ * that, exact at any depth. Where the position is not known (a group last
+ * committed by an older eventrail, an entry after the offset deleted, Redis
+ * 6.2) the entries are counted instead, as `countEntriesAfter` does.
+ */
+export async function readLag(
+  client: EventrailClient,
+  keys: EventrailKeys,
+  group: string,
+  partition: number,
+  signal?: AbortSignal,
+): Promise<PartitionLag> {
+  signal?.throwIfAborted();
+  const stream = keys.stream(partition);
+  const [lag, committed] = await client.eventrailReadLag(stream, keys.offset(group, partition), keys.recovery(group, partition));
+  if (lag >= 0) return { lag, capped: false, committed };
+  return { ...(await countEntriesAfter(client, stream, committed ?? STREAM_START, LAG_COUNT_CAP, signal)), committed };
+}
+
+/** Entries a reset counts to give its new offset a lag position (resetOffset-6.lua); past this, the position stays unknown. */
+export const RESET_COUNT_CAP = 100_000;
+
+/**
+ * Counts the entries after `after` up to the stream's last generated id as
+ * XINFO STREAM gave it with `entries-added`: what resetOffset-6.lua needs to
+ * place `after` in the numbering. Undefined on Redis before 7.0, or past
+ * `cap` entries.
+ */
+export async function countToEnd(
+  client: Redis | Cluster,
+  stream: string,
+  after: string,
+  cap = RESET_COUNT_CAP,
+): Promise<{ upTo: string; count: number; entriesAdded: number } | undefined> {
+  const info = (await client.xinfo('STREAM', stream).catch(() => null)) as unknown[] | null;
+  if (!info) return undefined;
+  const field = (name: string): unknown => info[info.indexOf(name) + 1];
+  const upTo = field('last-generated-id');
+  const entriesAdded = field('entries-added');
+  if (!info.includes('entries-added') || typeof upTo !== 'string' || typeof entriesAdded !== 'number') return undefined;
+  let count = 0;
+  let from = `(${after}`;
+  while (count <= cap) {
+    const page = await client.xrange(stream, from, upTo, 'COUNT', PAGE);
+    count += page.length;
+    if (page.length < PAGE) return count <= cap ? { upTo, count, entriesAdded } : undefined;
+    from = `(${page[page.length - 1][0]}`;
+  }
+  return undefined;
+}
+
+/**
+ * Where lag has to be counted entry by entry (streams have no range count),
+ * each side of the committed offset is counted up to this many entries; past
+ * it on both sides the lag is reported as capped.
  */
 export const LAG_COUNT_CAP = 10_000;
 const PAGE = 1_000;

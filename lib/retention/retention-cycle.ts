@@ -73,7 +73,8 @@ export class RetentionCycle {
     if (heldBackBy.length > 0) {
       this.logger.debug(`Retention: partition ${partition}: groups ${heldBackBy.join(', ')} hold the trim below ${requested}`);
     }
-    if (minId === null || (await client.xrange(stream, '-', `(${minId}`, 'COUNT', 1)).length === 0) return result;
+    const firstBelow = minId === null ? [] : await client.xrange(stream, '-', `(${minId}`, 'COUNT', 1);
+    if (minId === null || firstBelow.length === 0) return result;
     if (!this.sink && !this.options.allowUnarchivedTrim) {
       const held = await this.holdAtArchiveMarks(partition, minId);
       if (held) {
@@ -111,11 +112,31 @@ export class RetentionCycle {
       return result;
     }
     result.trimmed = trimmed;
+    if (trimmed > 0) await this.reanchorPositions(partition, live, firstBelow[0][0]);
     if (trimmed > 0) {
       const held = heldBackBy.length > 0 ? ` (held back by ${heldBackBy.join(', ')})` : '';
       this.logger.log(`Retention: partition ${partition}: trimmed ${trimmed} entries below ${trimTo}${held}`);
     }
     return result;
+  }
+
+  /**
+   * The trim removed only entries every live group had committed, so their
+   * lag positions still hold: their anchors move up to the new first entry
+   * (reanchorPosition-2.lua), or readers would count the lag of a group the
+   * trim reached until it caught up. One command per group, sent together; a
+   * failure only costs that (lag is counted then).
+   */
+  private async reanchorPositions(partition: number, live: GroupFacts[], firstBeforeTrim: string): Promise<void> {
+    const { client, keys } = this.redis;
+    const stream = keys.stream(partition);
+    await Promise.all(
+      live.map((g) =>
+        client.eventrailReanchorPosition(stream, keys.recovery(g.name, partition), firstBeforeTrim).catch((error: unknown) => {
+          this.logger.debug(`Retention: partition ${partition}: lag position of group ${g.name} kept its anchor (${describeError(error)})`);
+        }),
+      ),
+    );
   }
 
   /**

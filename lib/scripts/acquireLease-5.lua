@@ -31,11 +31,18 @@
   are not among these KEYS). The epoch counter stays, so a token of the
   dropped group never matches again.
 
+  The committed offset's lag position (see stream-position.lua) is set here
+  when the stream alone tells it and none is stored for this offset: a new
+  group starting at the start or the end, a group caught up, one behind a
+  trim. A group written by an older eventrail gets its position this way, or
+  from its next commit that reaches the end of the log.
+
   Returns { token, committedOffset, recovering } when taken (recovering is 1
   when the previous holder did not release the lease, 2 when a dropped
   generation's keys were cleared, else 0), nil when another worker holds it.
 ]]
 local rcall = redis.call
+--@include stream-position
 local current = rcall("GET", KEYS[1])
 if current and string.sub(current, 1, #ARGV[1] + 1) ~= ARGV[1] .. ":" then
   return nil
@@ -63,6 +70,11 @@ if not offset then
     offset = "0-0"
   end
   rcall("SET", KEYS[3], offset)
+end
+
+if not storedPosition(KEYS[5], offset) then
+  local position, anchor = plainPosition(streamFacts(KEYS[4]), offset)
+  if position then storePosition(KEYS[5], offset, position, anchor) end
 end
 
 -- After a drop, nothing of the last holder's work is kept: nothing to recover.

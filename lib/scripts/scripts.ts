@@ -24,10 +24,17 @@ export interface EventrailCommands {
     lease: string,
     offset: string,
     done: string,
+    recovery: string,
+    stream: string,
     token: string,
     id: string,
     ttlMs: number,
     markTtlMs: number,
+    /** The caller's previous commit (see commitOffset-5.lua), what it read after it (first entry and count, or ''), and whether to check the position now. */
+    since: string,
+    from: string,
+    count: number | '',
+    verify: '0' | '1',
     ...doneIds: string[]
   ): Promise<number>;
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
@@ -54,7 +61,21 @@ export interface EventrailCommands {
     staleMs: number,
   ): Promise<string[]>;
   eventrailDropGroupPartition(offset: string, lease: string, recovery: string, done: string, generation: string): Promise<number>;
-  eventrailResetOffset(lease: string, offset: string, epoch: string, recovery: string, done: string, to: string): Promise<string | null>;
+  eventrailResetOffset(
+    lease: string,
+    offset: string,
+    epoch: string,
+    recovery: string,
+    done: string,
+    stream: string,
+    to: string,
+    /** An exact count of the entries after `to` up to `upTo`, which was the last entry when `entriesAdded` was read (resetOffset-6.lua). */
+    ...counted: [] | [upTo: string, count: number, entriesAdded: number]
+  ): Promise<string | null>;
+  /** After a retention trim: moves a live group's position anchor up to the new first entry (reanchorPosition-2.lua). */
+  eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
+  /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
+  eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
   eventrailTrimLog(
@@ -81,14 +102,16 @@ export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
 
 const SCRIPTS = [
   'acquireLease-5',
-  'commitOffset-3',
+  'commitOffset-5',
   'renewLease-1',
   'releaseLease-2',
   'heartbeat-4',
   'dropGroup-6',
   'dropGroupPartition-4',
   'publishDedup-2',
-  'resetOffset-5',
+  'resetOffset-6',
+  'readLag-3',
+  'reanchorPosition-2',
   'markDelivery-1',
   'markFailure-1',
   'releaseLock-1',
@@ -98,13 +121,24 @@ const REGISTERED = Symbol.for('eventrail.scripts');
 
 let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;
 
+/**
+ * Lua shared by several scripts (Redis has no includes): a line
+ * `--@include <name>` is replaced with `<name>.lua` from this folder, once,
+ * before the script is registered, so the SHA covers the pasted text.
+ */
+const INCLUDE = /^--@include ([a-z-]+)$/m;
+
+function withIncludes(lua: string): string {
+  return lua.replace(INCLUDE, (_, name: string) => readFileSync(join(__dirname, `${name}.lua`), 'utf8'));
+}
+
 function loadSources(): typeof sources & object {
   sources ??= SCRIPTS.map((file) => {
     const [verbNoun, keys] = file.split('-');
     return {
       name: `eventrail${verbNoun[0].toUpperCase()}${verbNoun.slice(1)}`,
       numberOfKeys: Number(keys),
-      lua: readFileSync(join(__dirname, `${file}.lua`), 'utf8'),
+      lua: withIncludes(readFileSync(join(__dirname, `${file}.lua`), 'utf8')),
     };
   });
   return sources;

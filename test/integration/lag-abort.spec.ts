@@ -4,6 +4,7 @@ import { countEntriesAfter } from '../../lib/log/lag';
 import { GroupFactsReader } from '../../lib/admin/group-facts.reader';
 import { GroupStatusReader } from '../../lib/admin/group-status.reader';
 import type { EventrailRedis } from '../../lib/redis/eventrail-redis';
+import { registerScripts } from '../../lib/scripts/scripts';
 import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
 
 /**
@@ -20,6 +21,7 @@ describe('aborting a lag count', () => {
 
   beforeAll(async () => {
     redis = new Redis(testRedisUrl());
+    registerScripts(redis); // the status reader asks the lag script first, then counts (no position here)
     prefix = uniquePrefix('lagabort');
     keys = new EventrailKeys(prefix, 2);
     // 6 000 entries in each partition: counting the lag after the middle takes several pages of 1 000 per side.

@@ -77,10 +77,16 @@ describe('scripts with many arguments', () => {
       keys.lease('g', 0),
       keys.offset('g', 0),
       keys.done('g', 0),
+      keys.recovery('g', 0),
+      keys.stream(0),
       token,
       '7-0',
       60_000,
       60_000,
+      '',
+      '',
+      '',
+      '0',
       ...ids,
     );
     expect(result).toBe(1);
@@ -93,11 +99,41 @@ describe('scripts with many arguments', () => {
     const token = await acquire();
     await redis.set(keys.done('g', 0), 'not a sorted set');
     await expect(
-      client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), token, '9-0', 60_000, 60_000, 'a', 'b'),
+      client.eventrailCommitOffset(
+        keys.lease('g', 0),
+        keys.offset('g', 0),
+        keys.done('g', 0),
+        keys.recovery('g', 0),
+        keys.stream(0),
+        token,
+        '9-0',
+        60_000,
+        60_000,
+        '',
+        '',
+        '',
+        '0',
+        'a',
+        'b',
+      ),
     ).rejects.toThrow(/WRONGTYPE/);
     expect(await redis.get(keys.offset('g', 0))).toBe('0-0');
     await expect(
-      client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), token, 'not-an-id', 60_000, 0),
+      client.eventrailCommitOffset(
+        keys.lease('g', 0),
+        keys.offset('g', 0),
+        keys.done('g', 0),
+        keys.recovery('g', 0),
+        keys.stream(0),
+        token,
+        'not-an-id',
+        60_000,
+        0,
+        '',
+        '',
+        '',
+        '0',
+      ),
     ).rejects.toThrow(/not a stream id: not-an-id/);
     expect(await redis.get(keys.offset('g', 0))).toBe('0-0');
   });
@@ -143,7 +179,8 @@ describe('scripts with many arguments', () => {
   it('resets an offset with 20000 done-marks, and changes nothing when a step fails', async () => {
     const token = await acquire();
     const ids = Array.from({ length: 20_000 }, (_, i) => `event-${i}`);
-    await client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), token, '5-0', 60_000, 60_000, ...ids);
+    const g0 = [keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), keys.recovery('g', 0), keys.stream(0)] as const;
+    await client.eventrailCommitOffset(...g0, token, '5-0', 60_000, 60_000, '', '', '', '0', ...ids);
     const reset = (): Promise<string | null> =>
       client.eventrailResetOffset(
         keys.lease('g', 0),
@@ -151,6 +188,7 @@ describe('scripts with many arguments', () => {
         keys.epoch('g', 0),
         keys.recovery('g', 0),
         keys.done('g', 0),
+        keys.stream(0),
         '2-0',
       );
 

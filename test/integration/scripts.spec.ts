@@ -21,7 +21,21 @@ describe('lease and commit scripts', () => {
       '',
     );
   const commit = (token: string, id: string): Promise<number> =>
-    client.eventrailCommitOffset(keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), token, id, 60_000, 0);
+    client.eventrailCommitOffset(
+      keys.lease('g', 0),
+      keys.offset('g', 0),
+      keys.done('g', 0),
+      keys.recovery('g', 0),
+      keys.stream(0),
+      token,
+      id,
+      60_000,
+      0,
+      '',
+      '',
+      '',
+      '0',
+    );
   const release = (token: string): Promise<number> =>
     client.eventrailReleaseLease(keys.lease('g', 0), keys.recovery('g', 0), token, token.slice(token.lastIndexOf(':') + 1));
   const offset = (): Promise<string | null> => redis.get(keys.offset('g', 0));
