@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
-import { isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
+import { EntryOrigin, isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
 import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
@@ -53,6 +53,8 @@ export class PartitionWorker {
   /** Stops the batch: fired on stop or fencing, and halted while the lease may have expired unheard of. */
   private readonly stop: StopSignal;
   private readonly streamKey: string;
+  /** What the derived event ids of this partition's entries are made of. */
+  private readonly origin: EntryOrigin;
   private readonly recovery: RecoveryWindow;
   private connection?: Redis | Cluster;
   private current?: BatchRun;
@@ -75,6 +77,7 @@ export class PartitionWorker {
     const { lease, processor, semaphore, stats, metrics, options } = params;
     this.stop = new StopSignal(() => lease.mayHaveExpired);
     this.streamKey = params.redis.keys.stream(lease.partition);
+    this.origin = { partition: lease.partition, logTag: params.redis.keys.logTag };
     this.committed = this.cursor = params.committed;
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
@@ -299,7 +302,7 @@ export class PartitionWorker {
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);
-    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1]);
+    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1], this.origin);
     return entries;
   }
 

@@ -104,7 +104,7 @@ describe('concurrent dead-letter replays', () => {
   /** Event ids of the entries replays appended for `ledger`, in log order. */
   const appendedIds = async (): Promise<string[]> =>
     (await redis.xrange(keys.stream(0), '-', '+'))
-      .map(([, fields]) => readEntry('0-0', fields))
+      .map(([offset, fields]) => readEntry(offset, fields, { partition: 0, logTag: keys.logTag }))
       .filter((entry): entry is RawEntry => !isMalformed(entry) && entry.to === 'ledger')
       .map((entry) => entry.id);
 
