@@ -81,9 +81,11 @@ export function redeliveryFields(entry: RawEntry | MalformedEntry, group: string
 /** An entry as read from the stream, with its payload still undecoded. */
 export interface RawEntry {
   offset: string;
+  /** The entry's `id` field, or the id derived from its position when it has none. */
   id: string;
   event: string;
   key: string | null;
+  /** The entry's `time` field, or its stream id's milliseconds. */
   time: number;
   data: string;
   headers: string | undefined;
