@@ -35,8 +35,13 @@ export const DERIVED_ID_PARTITIONS = 1024;
 const MS_LIMIT = 2 ** 48;
 const SEQ_LIMIT = 2 ** 32;
 
+/** Two hex digits of every byte: the sequence digits are looked up, not formatted. */
+const HEX_BYTE = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, '0'));
+
+// The time and partition digits, formatted once per (millisecond, partition): a batch mostly shares both.
 let derivedMs = '';
-let derivedTimeDigits = '';
+let derivedPartition = -1;
+let derivedPrefix = '';
 
 /**
  * The event id of an entry that was appended without one (eventrail's own
@@ -62,24 +67,25 @@ let derivedTimeDigits = '';
 export function derivedEventId(tag: string, partition: number, streamId: string): string {
   const dash = streamId.indexOf('-');
   const ms = streamId.slice(0, dash);
-  if (ms !== derivedMs) {
-    derivedMs = ms;
-    const hex = (ms.length > 15 ? Number(BigInt(ms) % BigInt(MS_LIMIT)) : Number(ms) % MS_LIMIT).toString(16).padStart(12, '0');
-    derivedTimeDigits = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7`;
-  }
   const seqText = streamId.slice(dash + 1);
   const seq = seqText.length > 15 ? Number(BigInt(seqText) % BigInt(SEQ_LIMIT)) : Number(seqText) % SEQ_LIMIT;
-  // rand_a: 10 bits of partition, the sequence's top 2 bits.
-  const randA = ((partition & 0x3ff) << 2) | (seq >>> 30);
-  // The variant nibble `10xx` takes the sequence's next 2 bits, then 12 more; the last group its low 16 and the tag.
+  // rand_a: 10 bits of partition, then the sequence's top 2 bits (zero below 2^30, so cached with the time).
+  const high = seq >>> 30;
+  if (ms !== derivedMs || partition !== derivedPartition || high !== 0) {
+    const value = ms.length > 15 ? Number(BigInt(ms) % BigInt(MS_LIMIT)) : Number(ms) % MS_LIMIT;
+    const hex = value.toString(16).padStart(12, '0');
+    const randA = (((partition & 0x3ff) << 2) | high).toString(16).padStart(3, '0');
+    const prefix = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7${randA}-`;
+    if (high !== 0) return prefix + tail(seq, tag);
+    derivedMs = ms;
+    derivedPartition = partition;
+    derivedPrefix = prefix;
+  }
+  return derivedPrefix + tail(seq, tag);
+}
+
+/** The variant nibble `10xx` with the sequence's bits 29–28, its bits 27–16, then its low 16 bits and the tag. */
+function tail(seq: number, tag: string): string {
   const variant = 0x8000 | ((seq >>> 16) & 0x3fff);
-  return `${derivedTimeDigits}${hex3(randA)}-${variant.toString(16)}-${hex4(seq & 0xffff)}${tag}`;
-}
-
-function hex3(value: number): string {
-  return value < 0x100 ? value.toString(16).padStart(3, '0') : value.toString(16);
-}
-
-function hex4(value: number): string {
-  return value < 0x1000 ? value.toString(16).padStart(4, '0') : value.toString(16);
+  return `${HEX_BYTE[variant >>> 8]}${HEX_BYTE[variant & 0xff]}-${HEX_BYTE[(seq >>> 8) & 0xff]}${HEX_BYTE[seq & 0xff]}${tag}`;
 }
