@@ -4,7 +4,7 @@ import { BenchChild } from '../support/children';
 import { createQueue, createWorker, fillQueue, runWorker } from '../support/bullmq';
 import { Countdown } from '../support/countdown';
 import { createEventrailApp, fillLog, startConsumers } from '../support/eventrail-app';
-import { epochNow, eventrailLikeFields, keyOf, minimalFields, PAYLOAD } from '../support/payload';
+import { hostNow, eventrailLikeFields, keyOf, minimalFields, PAYLOAD } from '../support/payload';
 import { Measurement, RATE, RunContext, Scenario, Size } from '../support/scenario';
 import { perSecond } from '../support/stats';
 import type { DrainWorkerConfig } from '../processes/drain-worker';
@@ -131,7 +131,7 @@ export async function workerProcesses(
         if (total() >= events && all.count === 0) all.hit();
       }),
     );
-    const started = epochNow();
+    const started = hostNow();
     for (const worker of workers) worker.send({ type: 'start' });
     await all.wait(drainDeadline(events), `drain in ${shape.processes} processes (${total()} handled)`);
     const finished = Math.max(...progress.map((p) => p.lastAt));

@@ -6,7 +6,7 @@ import { createWorker, runWorker } from '../support/bullmq';
 import { BenchChild } from '../support/children';
 import { Countdown } from '../support/countdown';
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
-import { BenchPayload, epochNow } from '../support/payload';
+import { BenchPayload, hostNow } from '../support/payload';
 import { Measurement, MetricSpec, RunContext, Scenario, Size } from '../support/scenario';
 import { percentile } from '../support/stats';
 
@@ -82,7 +82,7 @@ export async function measure(
   const samples: number[] = [];
   const countdown = new Countdown(expected);
   const record = (payload: BenchPayload): void => {
-    samples.push(epochNow() - payload.sentAt);
+    samples.push(hostNow() - payload.sentAt);
     countdown.hit();
   };
   const producer = new BenchChild('latency-producer', config);
