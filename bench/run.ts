@@ -73,9 +73,16 @@ function evaluate(target: Target, variants: VariantResult[], judge: boolean): Ta
   const perRound: number[] = [];
   for (let i = 0; i < rounds; i++) {
     const value = (own as VariantResult).rounds[i][target.metric];
-    perRound.push(reference ? value / reference.rounds[i][target.metric] : value);
+    const base = reference?.rounds[i][target.metric];
+    perRound.push(base === undefined ? value : target.difference ? value - base : value / base);
   }
-  const result: TargetResult = { label: target.label, perRound, atLeast: target.atLeast, atMost: target.atMost };
+  const result: TargetResult = {
+    label: target.label,
+    perRound,
+    atLeast: target.atLeast,
+    atMost: target.atMost,
+    difference: target.difference,
+  };
   if (perRound.length === 0) return result;
   result.summary = summarize(perRound);
   if (!judge) return result;

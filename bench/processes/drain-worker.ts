@@ -3,7 +3,7 @@
 // many events it handled and when the last one was.
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
 import { childConfig, onCommands, report, runChild } from '../support/children';
-import { epochNow } from '../support/payload';
+import { hostNow } from '../support/payload';
 
 export interface DrainWorkerConfig {
   url: string;
@@ -24,7 +24,7 @@ async function main(): Promise<void> {
     consumer: { concurrency: config.concurrency },
     handler: async () => {
       handled++;
-      lastAt = epochNow();
+      lastAt = hostNow();
     },
   });
   const progress = (): void => {

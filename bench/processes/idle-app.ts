@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailMessage, OnEvent } from '../../lib';
 import { childConfig, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
-import { BENCH_EVENT, epochNow } from '../support/payload';
+import { BENCH_EVENT, hostNow } from '../support/payload';
 import { IDLE_GROUPS, IdleAppConfig } from '../scenarios/idle';
 
 const ON_HANDLED = Symbol('OnHandled');
@@ -35,7 +35,7 @@ class IdleConsumers {
 async function main(): Promise<void> {
   const config = childConfig<IdleAppConfig>();
   let handled = 0;
-  const onHandled = (): void => report({ type: 'progress', handled: ++handled, lastAt: epochNow() });
+  const onHandled = (): void => report({ type: 'progress', handled: ++handled, lastAt: hostNow() });
   const app = await createEventrailApp({
     url: config.url,
     prefix: config.prefix,

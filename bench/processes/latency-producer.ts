@@ -7,7 +7,7 @@ import { EventrailPublisher } from '../../lib';
 import { createQueue, JOB_OPTIONS } from '../support/bullmq';
 import { childConfig, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp } from '../support/eventrail-app';
-import { BENCH_EVENT, BenchPayload, epochNow, makePayload, minimalFields } from '../support/payload';
+import { BENCH_EVENT, BenchPayload, hostNow, makePayload, minimalFields } from '../support/payload';
 
 export interface LatencyProducerConfig {
   url: string;
@@ -57,7 +57,7 @@ async function produce(sender: Sender, config: LatencyProducerConfig): Promise<n
   let sent = 0;
   while (sent < total) {
     const due = Math.min(total, Math.floor((performance.now() - started) / intervalMs) + 1);
-    for (; sent < due; sent++) pending.push(sender.send(makePayload(epochNow())));
+    for (; sent < due; sent++) pending.push(sender.send(makePayload(hostNow())));
     await sleep(1);
   }
   await Promise.all(pending);

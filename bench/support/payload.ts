@@ -11,7 +11,7 @@ export interface BenchPayload {
   amountCents: number;
   currency: string;
   items: Array<{ sku: string; qty: number }>;
-  /** Epoch ms (sub-ms precision) when the producer called publish; 0 outside the latency scenario. */
+  /** `hostNow()` when the producer called publish; 0 outside the latency scenario. */
   sentAt: number;
   note: string;
 }
@@ -36,9 +36,16 @@ export function makePayload(sentAt = 0): BenchPayload {
 
 export const PAYLOAD = makePayload();
 
-/** Wall-clock epoch ms with sub-millisecond precision, comparable across processes on one host. */
-export function epochNow(): number {
-  return performance.timeOrigin + performance.now();
+/**
+ * Milliseconds on the host's monotonic clock (`CLOCK_MONOTONIC`, since boot),
+ * with sub-millisecond precision: the same clock in every process on one host.
+ * Not `performance.timeOrigin + performance.now()`: `timeOrigin` is the wall
+ * clock at each process's start, so two processes started while the wall
+ * clock was being slewed disagree by milliseconds (a loaded VM measured a
+ * negative latency p50 that way).
+ */
+export function hostNow(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
 }
 
 /** The minimal raw entry: event type and JSON data. */

@@ -15,6 +15,8 @@ export interface TargetResult {
   summary?: Summary;
   atLeast?: number;
   atMost?: number;
+  /** The values are differences (variant - reference), judged against the bound in the metric's unit. */
+  difference?: boolean;
   /** Undefined for a ratio reported for information, or when no round completed. */
   met?: boolean;
 }
@@ -67,6 +69,10 @@ export function verdict(target: TargetResult): string {
   if (target.met === undefined) return target.atLeast === undefined && target.atMost === undefined ? '-' : 'not judged (quick run)';
   if (target.met) return 'met';
   const median = target.summary.median;
+  if (target.difference) {
+    const by = target.atLeast !== undefined ? target.atLeast - median : median - (target.atMost as number);
+    return `**missed** by ${formatNumber(by, 2)}`;
+  }
   const short = target.atLeast !== undefined ? 1 - median / target.atLeast : median / (target.atMost as number) - 1;
   return `**missed** by ${(short * 100).toFixed(1)}%`;
 }

@@ -42,8 +42,10 @@ export interface Target {
   label: string;
   variant: string;
   metric: string;
-  /** Divide by this variant's value from the same round. */
+  /** Divide by this variant's value from the same round (or subtract it, with `difference`). */
   reference?: string;
+  /** Judge `variant - reference` instead of `variant / reference` (latency: "at most 0.1 ms above raw"). */
+  difference?: boolean;
   atLeast?: number;
   atMost?: number;
 }

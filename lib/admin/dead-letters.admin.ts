@@ -176,7 +176,7 @@ export class DeadLetterAdmin {
 
   /** The original entry, back to the partition its key maps to (a keyless one to where it was). */
   private replayTarget(fields: string[]): Redelivery {
-    const { entry, partition } = originalEntry(fields);
+    const { entry, partition } = originalEntry(fields, this.redis.keys.logTag);
     const partitions = this.options.partitions;
     const key = isMalformed(entry) ? null : entry.key;
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };

@@ -1,10 +1,11 @@
 import { DecodeError } from '../errors/decode.error';
-import { decodePayload, isMalformed, readEntry } from '../log/codec';
+import { decodePayload, EntryOrigin, isMalformed, readEntry } from '../log/codec';
 import type { LogEntry } from './admin.types';
 
 /** A stream entry as the admin service shows it: decoded when it can be, with the reason when it cannot. */
-export function toLogEntry(partition: number, offset: string, fields: string[]): LogEntry {
-  const raw = readEntry(offset, fields);
+export function toLogEntry(origin: EntryOrigin, offset: string, fields: string[]): LogEntry {
+  const raw = readEntry(offset, fields, origin);
+  const { partition } = origin;
   if (isMalformed(raw)) {
     return {
       partition,

@@ -117,7 +117,7 @@ export class LogFollower implements AsyncIterableIterator<LogEntry> {
       for (const [stream, entries] of reply ?? []) {
         const partition = byStream.get(stream) as number;
         for (const [offset, fields] of entries) {
-          const entry = toLogEntry(partition, offset, fields);
+          const entry = toLogEntry({ partition, logTag: this.redis.keys.logTag }, offset, fields);
           if (!this.wanted || (entry.event !== null && this.wanted.has(entry.event))) this.queue.push(entry);
         }
         if (entries.length > 0) lastIds[partition] = entries[entries.length - 1][0];

@@ -1,7 +1,7 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { isStreamId } from '../log/stream-id';
-import { isMalformed, readEntry } from '../log/codec';
+import { EntryOrigin, isMalformed, readEntry } from '../log/codec';
 import type { FollowOptions, LogEntry, LogPage, ReadLogOptions } from './admin.types';
 import { toLogEntry } from './log-entry';
 import { LogFollower } from './log-follower';
@@ -24,6 +24,7 @@ export class LogReader {
     const budget = pageBudget(maxBytes);
     const wanted = events && events.length > 0 ? new Set(events) : null;
     const stream = this.redis.keys.stream(partition);
+    const origin = { partition, logTag: this.redis.keys.logTag };
     let start = startOf(from, after);
     const entries: LogEntry[] = [];
     let bytes = 0;
@@ -37,14 +38,14 @@ export class LogReader {
       for (const [offset, fields] of raw) {
         const size = entrySize(offset, fields);
         largest = Math.max(largest, size);
-        if (wanted && !wanted.has(eventOf(offset, fields) ?? '')) {
+        if (wanted && !wanted.has(eventOf(offset, fields, origin) ?? '')) {
           scannedTo = offset;
           continue;
         }
         // Over the budget: this entry is left, undecoded, for the next page, which starts after the last one looked at.
         if (entries.length > 0 && bytes + size > budget) return { partition, entries, next: scannedTo, scannedTo };
         scannedTo = offset;
-        entries.push(toLogEntry(partition, offset, fields));
+        entries.push(toLogEntry(origin, offset, fields));
         bytes += size;
         // A full page ends here: the caller continues after this entry.
         if (entries.length === count || bytes >= budget) return { partition, entries, next: offset, scannedTo };
@@ -60,7 +61,7 @@ export class LogReader {
     if (typeof offset !== 'string' || !isStreamId(offset))
       throw new InvalidOptionError('offset', offset, 'a stream id such as "1700000000000-0"');
     const [found] = await this.redis.client.xrange(this.redis.keys.stream(partition), offset, offset);
-    return found ? toLogEntry(partition, found[0], found[1]) : null;
+    return found ? toLogEntry({ partition, logTag: this.redis.keys.logTag }, found[0], found[1]) : null;
   }
 
   /** The live tail: see `LogFollower`. */
@@ -76,8 +77,8 @@ export class LogReader {
 }
 
 /** The event type of an entry, as `toLogEntry` would show it (null for a malformed one), without parsing its payload. */
-function eventOf(offset: string, fields: string[]): string | null {
-  const entry = readEntry(offset, fields);
+function eventOf(offset: string, fields: string[], origin: EntryOrigin): string | null {
+  const entry = readEntry(offset, fields, origin);
   return isMalformed(entry) ? null : entry.event;
 }
 

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
-import { isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
+import { EntryOrigin, isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
 import { BLOCK_MS, XReadReply } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
@@ -10,6 +10,7 @@ import { describeError, errorStack } from '../util/describe-error';
 import { logRecord, type LogFields, type LogRecord } from '../util/log-record';
 import { withTimeout } from '../util/timeout';
 import { BatchContext, BatchRun } from './batch-run';
+import { CommitQueue } from './commit-queue';
 import type { GroupStats } from './group-stats';
 import type { PartitionLease } from './lease';
 import type { MessageProcessor } from './message-processor';
@@ -19,6 +20,12 @@ import type { Semaphore } from './semaphore';
 import { StopSignal } from './stop-signal';
 
 const READ_ERROR_BACKOFF_MS = 1_000;
+/**
+ * Least time between two commits of one partition (see `CommitQueue`): at a
+ * few thousand one-event batches a second, a commit per batch would double
+ * the commands and the Redis time per event, and sit in the tail.
+ */
+const COMMIT_SPACING_MS = 5;
 
 type Entry = RawEntry | MalformedEntry;
 
@@ -57,6 +64,8 @@ export class PartitionWorker {
   /** Stops the batch: fired on stop or fencing, and halted while the lease may have expired unheard of. */
   private readonly stop: StopSignal;
   private readonly streamKey: string;
+  /** What the derived event ids of this partition's entries are made of. */
+  private readonly origin: EntryOrigin;
   private readonly recovery: RecoveryWindow;
   private connection?: Redis | Cluster;
   private current?: BatchRun;
@@ -66,7 +75,8 @@ export class PartitionWorker {
   /** The read in flight, from `cursor`. */
   private next: Promise<Entry[]> = Promise.resolve([]);
   private loop?: Promise<void>;
-  private pendingCommit?: Promise<boolean>;
+  /** Commits leave from here, one in flight at a time, so no batch waits for the previous one's commit. */
+  private readonly commits: CommitQueue;
   private ended?: Promise<void>;
   private lost = false;
   private draining = false;
@@ -83,11 +93,13 @@ export class PartitionWorker {
     const { lease, processor, semaphore, stats, metrics, options } = params;
     this.stop = new StopSignal(() => lease.mayHaveExpired);
     this.streamKey = params.redis.keys.stream(lease.partition);
+    this.origin = { partition: lease.partition, logTag: params.redis.keys.logTag };
     this.committed = this.cursor = params.committed;
     this.tally = new ReadTally(params.committed);
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
+    this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
     this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
   }
 
@@ -137,6 +149,7 @@ export class PartitionWorker {
   /** The lease is gone: stop now, commit nothing, release nothing (it belongs to someone else). */
   abort(): void {
     this.lost = true;
+    this.commits.cancel();
     this.halt();
   }
 
@@ -158,7 +171,7 @@ export class PartitionWorker {
       return;
     }
     try {
-      await this.pendingCommit;
+      await this.commits.flush();
       if (this.lost) return;
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
@@ -281,15 +294,17 @@ export class PartitionWorker {
   }
 
   /**
-   * Sends the commit of `mark` without waiting for it: it travels while the
-   * next batch is handled. The previous commit's verdict is read first, so a
-   * fenced worker stops within a batch. With `wait` (recovering), the commit
-   * lands before the next entry starts. False when the lease was lost.
+   * Queues the commit of `mark` without waiting for it: it travels while the
+   * next batch is handled, merged with the next batches' marks while another
+   * commit is in flight or was sent less than `COMMIT_SPACING_MS` ago. A
+   * fenced verdict aborts the worker (which stops the batch in hand) when it
+   * arrives. With `wait` (recovering), the commit lands before the next entry
+   * starts. False when the lease was lost.
    */
   private async commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): Promise<boolean> {
-    if (this.pendingCommit && !(await this.pendingCommit)) return false;
-    this.pendingCommit = mark === undefined ? undefined : this.commit(mark, handledIds);
-    return wait && this.pendingCommit ? this.pendingCommit : true;
+    if (this.lost) return false;
+    if (mark !== undefined) this.commits.push(mark, handledIds);
+    return wait ? this.commits.flush() : true;
   }
 
   /** The entry after the committed offset was dead-lettered unhandled (a crash loop): commit past it. */
@@ -348,7 +363,7 @@ export class PartitionWorker {
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);
-    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1]);
+    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1], this.origin);
     return entries;
   }
 

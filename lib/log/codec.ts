@@ -1,19 +1,23 @@
 import { DecodeError } from '../errors/decode.error';
+import { derivedEventId } from './event-id';
 
 /**
  * The wire format: one stream entry is a flat list of fields. Only `event` and
  * `data` are required, so a producer in any language can append an event with
- * one XADD; eventrail's own publisher always writes `id` and `time` too.
+ * one XADD. What the stream id already says is not written again: eventrail's
+ * own `publish` writes `id` and `time` only for an event that carries an
+ * identity of its own (an explicit id, a dead-letter replay, an archive
+ * restore); otherwise readers derive both from the entry's stream id.
  *
- * | field     | content                                         |
- * |-----------|-------------------------------------------------|
- * | `id`      | event id, a UUIDv7 (default: the stream id)     |
- * | `event`   | event type, e.g. `payment.completed`            |
- * | `key`     | ordering key (absent for keyless events)        |
- * | `time`    | publish time, Unix ms (default: the stream id's)|
- * | `data`    | JSON of the payload                             |
- * | `headers` | JSON object of string values (optional)         |
- * | `to`      | only this group handles it (dead-letter replays) |
+ * | field     | content                                                      |
+ * |-----------|--------------------------------------------------------------|
+ * | `id`      | event id (default: `derivedEventId` of the entry's position) |
+ * | `event`   | event type, e.g. `payment.completed`                         |
+ * | `key`     | ordering key (absent for keyless events)                     |
+ * | `time`    | publish time, Unix ms (default: the stream id's)             |
+ * | `data`    | JSON of the payload                                          |
+ * | `headers` | JSON object of string values (optional)                      |
+ * | `to`      | only this group handles it (dead-letter replays)             |
  */
 export const FIELD = {
   id: 'id',
@@ -26,20 +30,30 @@ export const FIELD = {
 } as const;
 
 export interface EncodedEvent {
-  id: string;
+  /** Written only when the event has an identity the stream id does not give (with `time`). */
+  id?: string;
   event: string;
   key: string | undefined;
-  time: number;
+  /** Publish time, Unix ms; written only with `id`. */
+  time?: number;
   data: string;
   headers: string | undefined;
   to?: string;
 }
 
+/** Where an entry was read from: with its stream id, what its derived event id is made of. */
+export interface EntryOrigin {
+  readonly partition: number;
+  /** `EventrailKeys.logTag` of the log. */
+  readonly logTag: string;
+}
+
 /** XADD arguments after the id, in a fixed order. */
 export function encodeFields(e: EncodedEvent): string[] {
-  const fields = [FIELD.id, e.id, FIELD.event, e.event];
+  const fields = e.id === undefined ? [FIELD.event, e.event] : [FIELD.id, e.id, FIELD.event, e.event];
   if (e.key !== undefined) fields.push(FIELD.key, e.key);
-  fields.push(FIELD.time, String(e.time), FIELD.data, e.data);
+  if (e.id !== undefined && e.time !== undefined) fields.push(FIELD.time, String(e.time));
+  fields.push(FIELD.data, e.data);
   if (e.headers !== undefined) fields.push(FIELD.headers, e.headers);
   if (e.to !== undefined) fields.push(FIELD.to, e.to);
   return fields;
@@ -67,9 +81,11 @@ export function redeliveryFields(entry: RawEntry | MalformedEntry, group: string
 /** An entry as read from the stream, with its payload still undecoded. */
 export interface RawEntry {
   offset: string;
+  /** The entry's `id` field, or the id derived from its position when it has none. */
   id: string;
   event: string;
   key: string | null;
+  /** The entry's `time` field, or its stream id's milliseconds. */
   time: number;
   data: string;
   headers: string | undefined;
@@ -88,8 +104,12 @@ export interface MalformedEntry {
   to: string | undefined;
 }
 
-/** Reads the fields of one entry. Cheap: the payload is parsed later, and only for events the group handles. */
-export function readEntry(offset: string, fields: string[]): RawEntry | MalformedEntry {
+/**
+ * Reads the fields of one entry of `origin`'s partition. Cheap: the payload is
+ * parsed later, and only for events the group handles. An entry without `id`
+ * gets its derived event id, one without `time` its stream id's milliseconds.
+ */
+export function readEntry(offset: string, fields: string[], origin: EntryOrigin): RawEntry | MalformedEntry {
   let id: string | undefined;
   let event: string | undefined;
   let key: string | null = null;
@@ -132,7 +152,7 @@ export function readEntry(offset: string, fields: string[]): RawEntry | Malforme
     publishedAt = Number(time);
     if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds', to };
   }
-  return { offset, id: id || offset, event, key, time: publishedAt, data, headers, to };
+  return { offset, id: id || derivedEventId(origin.logTag, origin.partition, offset), event, key, time: publishedAt, data, headers, to };
 }
 
 export function isMalformed(entry: RawEntry | MalformedEntry): entry is MalformedEntry {

@@ -98,7 +98,7 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
  * partition it was in: what a replay appends again. A malformed entry comes
  * back with exactly the fields it had.
  */
-export function originalEntry(list: string[]): { entry: RawEntry | MalformedEntry; partition: number } {
+export function originalEntry(list: string[], logTag: string): { entry: RawEntry | MalformedEntry; partition: number } {
   const f = fieldMap(list);
   const partition = Number(f.partition);
   if (f.raw !== undefined) {
@@ -109,7 +109,7 @@ export function originalEntry(list: string[]): { entry: RawEntry | MalformedEntr
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
-  return { entry: readEntry(f.offset, original), partition };
+  return { entry: readEntry(f.offset, original, { partition, logTag }), partition };
 }
 
 export function decodeDeadLetter(id: string, list: string[]): DeadLetter {

@@ -1,3 +1,5 @@
+import { logTag } from './event-id';
+
 /**
  * Keys a group keeps in each partition's hash tag that deleting it removes, in the order of
  * dropGroupPartition-4.lua's KEYS; `groupPartitionKeys` lists them, so a delete cannot leave one
@@ -28,6 +30,8 @@ export class EventrailKeys {
   readonly groups: string;
   /** Pub/sub channel that tells workers to rebalance; the message is the group name. */
   readonly rebalanceChannel: string;
+  /** Not a key: the part of derived event ids that is this log's (see `derivedEventId`), computed once. */
+  readonly logTag: string;
 
   constructor(
     readonly prefix: string,
@@ -37,6 +41,7 @@ export class EventrailKeys {
     this.meta = `${prefix}:meta`;
     this.groups = `${prefix}:groups`;
     this.rebalanceChannel = `${prefix}:rebalance`;
+    this.logTag = logTag(prefix);
   }
 
   stream(partition: number): string {

@@ -12,18 +12,23 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { eventrailPipeline } from '../scripts/scripts';
 import { encodeFields } from '../log/codec';
-import { newEventId } from '../log/event-id';
+import { derivedEventId } from '../log/event-id';
 import { partitionForKey } from '../log/partitioner';
 import { validateEventName, validateHeaders, validateJsonData } from '../log/validate-event';
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
+import { AppendCoalescer, AppendReply } from './append-coalescer';
 
 export interface PublishOptions {
   /** Ordering key: events with the same key go to the same partition and are handled in publish order. */
   key?: string;
   /** Headers such as `traceparent`; string values only. */
   headers?: Record<string, string>;
-  /** Event id to use instead of a fresh UUIDv7 (for example an outbox row id). */
+  /**
+   * Event id to use instead of the one derived from the entry's position (for
+   * example an outbox row id). Written with the publish time, so the event
+   * keeps it wherever it travels.
+   */
   id?: string;
   /** Partition of a keyless event. @default 0 */
   partition?: number;
@@ -61,7 +66,8 @@ const MAX_KEY_LENGTH = 1024;
 
 interface Prepared {
   partition: number;
-  id: string;
+  /** The caller's id; without one, the id is derived from the stream id Redis gives the entry. */
+  id: string | undefined;
   fields: string[];
   /** Appended through the dedup script: the caller chose the id and dedup is on. */
   dedup: boolean;
@@ -73,10 +79,18 @@ interface Prepared {
  */
 @Injectable()
 export class EventrailPublisher {
+  /** Concurrent `publish` calls leave together, one pipeline per tick. */
+  private readonly appends: AppendCoalescer<Prepared>;
+
   constructor(
     private readonly redis: EventrailRedis,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
-  ) {}
+  ) {
+    this.appends = new AppendCoalescer<Prepared>(
+      (p) => this.redis.client.xadd(this.redis.keys.stream(p.partition), '*', ...p.fields),
+      async (batch) => (await this.append(batch, false)).replies,
+    );
+  }
 
   /**
    * Appends one event. Resolves once Redis has appended it (and, with
@@ -93,12 +107,13 @@ export class EventrailPublisher {
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
     if (replicated || prepared.dedup) return (await this.send([prepared], replicated))[0];
+    let offset: string;
     try {
-      const offset = await this.redis.client.xadd(this.redis.keys.stream(prepared.partition), '*', ...prepared.fields);
-      return { id: prepared.id, partition: prepared.partition, offset: offset as string };
+      offset = (await this.appends.add(prepared)) as string;
     } catch (error) {
       throw new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
     }
+    return { id: prepared.id ?? this.derivedId(prepared.partition, offset), partition: prepared.partition, offset };
   }
 
   /**
@@ -124,7 +139,9 @@ export class EventrailPublisher {
   }
 
   private async send(prepared: Prepared[], replicated: boolean): Promise<PublishResult[]> {
-    let sent: { replies: Array<[Error | null, unknown]>; confirmed: number };
+    // Appends queued by earlier `publish` calls go first: a later call must not overtake them.
+    this.appends.flush();
+    let sent: { replies: AppendReply[]; confirmed: number };
     try {
       sent = await this.append(prepared, replicated);
     } catch (error) {
@@ -141,8 +158,9 @@ export class EventrailPublisher {
       if (error) failed ??= error;
       else appended++;
       const { id, partition, dedup } = prepared[i];
-      if (dedup && Array.isArray(reply)) results[i] = { id, partition, offset: reply[0] as string, duplicate: reply[1] === 1 };
-      else results[i] = { id, partition, offset: reply as string };
+      if (dedup && Array.isArray(reply))
+        results[i] = { id: id as string, partition, offset: reply[0] as string, duplicate: reply[1] === 1 };
+      else results[i] = { id: id ?? this.derivedId(partition, reply as string), partition, offset: reply as string };
     }
     if (failed) {
       throw new RedisUnavailableError(`${prepared.length - appended} of ${prepared.length} event(s) were not appended`, failed);
@@ -160,7 +178,7 @@ export class EventrailPublisher {
    * within a partition is what is promised. `confirmed` is the fewest replicas
    * any `WAIT` reported.
    */
-  private async append(prepared: Prepared[], replicated: boolean): Promise<{ replies: Array<[Error | null, unknown]>; confirmed: number }> {
+  private async append(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
     if (!this.redis.isCluster) return this.appendBatch(prepared, replicated);
     const byPartition = new Map<number, number[]>();
     prepared.forEach((p, i) => {
@@ -168,7 +186,7 @@ export class EventrailPublisher {
       if (indexes) indexes.push(i);
       else byPartition.set(p.partition, [i]);
     });
-    const replies: Array<[Error | null, unknown]> = new Array(prepared.length);
+    const replies: AppendReply[] = new Array(prepared.length);
     let confirmed = Infinity;
     await Promise.all(
       [...byPartition.values()].map(async (indexes) => {
@@ -183,14 +201,11 @@ export class EventrailPublisher {
     return { replies, confirmed };
   }
 
-  private async appendBatch(
-    prepared: Prepared[],
-    replicated: boolean,
-  ): Promise<{ replies: Array<[Error | null, unknown]>; confirmed: number }> {
+  private async appendBatch(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
     const { keys, client } = this.redis;
     const pipeline = eventrailPipeline(client);
     for (const p of prepared) {
-      if (p.dedup)
+      if (p.dedup && p.id !== undefined)
         pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
       else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
     }
@@ -200,6 +215,11 @@ export class EventrailPublisher {
     const replies = (await pipeline.exec()) ?? [];
     const [waitError, confirmed] = replies.pop() ?? [new Error('no reply to WAIT'), 0];
     return { replies, confirmed: waitError ? 0 : Number(confirmed) };
+  }
+
+  /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */
+  private derivedId(partition: number, offset: string | null): string {
+    return typeof offset === 'string' ? derivedEventId(this.redis.keys.logTag, partition, offset) : '';
   }
 
   private replicated(event: string, durability: Durability | undefined): boolean {
@@ -237,9 +257,9 @@ export class EventrailPublisher {
       throw new InvalidPublishOptionsError(event, 'id', `must be a non-empty string of at most ${MAX_ID_LENGTH} characters`);
     }
     const partition = this.partitionOf(event, key, options.partition);
-    const eventId = id ?? newEventId(now);
-    const fields = encodeFields({ id: eventId, event, key, time: now, data: json, headers: headersJson });
-    return { partition, id: eventId, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
+    // Without an id, the entry says only what its stream id does not: readers derive the id and time from it.
+    const fields = encodeFields({ id, event, key, time: id === undefined ? undefined : now, data: json, headers: headersJson });
+    return { partition, id, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
   }
 
   private partitionOf(event: string, key: string | undefined, partition: number | undefined): number {

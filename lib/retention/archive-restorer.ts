@@ -127,7 +127,8 @@ export class ArchiveRestorer {
     const { client, keys } = this.redis;
     let appended = 0;
     for (let i = 0; i < entries.length; i += PAGE) {
-      const page = entries.slice(i, i + PAGE).map((e) => ({ partition, entry: readEntry(e.id, Object.entries(e.fields).flat()) }));
+      const origin = { partition, logTag: keys.logTag };
+      const page = entries.slice(i, i + PAGE).map((e) => ({ partition, entry: readEntry(e.id, Object.entries(e.fields).flat(), origin) }));
       const failures = await redeliver(client, keys, group, page);
       appended += failures.filter((failure) => failure === null).length;
       const failed = failures.find((failure) => failure !== null);

@@ -3,6 +3,7 @@ import { INestApplicationContext, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import Redis from 'ioredis';
 import { DeadLetter, EventrailAdmin, EventrailModule, EventrailPublisher, PublishInput, PublishResult } from '../../lib';
+import { readEntry } from '../../lib/log/codec';
 import { decodeDeadLetter } from '../../lib/log/dead-letter.codec';
 import { EventrailKeys } from '../../lib/log/keys';
 import { killQuietly } from '../support/child-processes';
@@ -301,7 +302,8 @@ async function collect(
         return {
           partition: p,
           offset,
-          id: fields.id,
+          // The event id as consumers see it: the entry's own, or the one derived from its position.
+          id: (readEntry(offset, list, { partition: p, logTag: keys.logTag }) as { id: string }).id,
           event: fields.event,
           key: fields.key ?? null,
           to: fields.to,

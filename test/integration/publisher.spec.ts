@@ -9,6 +9,7 @@ import {
   partitionForKey,
   PayloadTooLargeError,
 } from '../../lib';
+import { derivedEventId } from '../../lib/log/event-id';
 import { EventrailKeys } from '../../lib/log/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
@@ -81,15 +82,29 @@ describe('EventrailPublisher', () => {
     expect(result.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7/);
     const [[offset, fields]] = await redis.xrange(keys.stream(result.partition), result.offset, result.offset);
     expect(offset).toBe(result.offset);
-    const map = Object.fromEntries(fields.reduce<string[][]>((pairs, v, i) => (i % 2 ? pairs : [...pairs, [v, fields[i + 1]]]), []));
-    expect(map).toMatchObject({
-      id: result.id,
-      event: 'order.created',
-      key: 'order-7',
-      data: '{"total":12.5,"items":["a"]}',
-      headers: '{"traceparent":"tp"}',
-    });
-    expect(Number(map.time)).toBeGreaterThan(Date.now() - 60_000);
+    // A lean entry: what the stream id already says (the event id, the publish time) is not written.
+    expect(fields).toEqual([
+      'event',
+      'order.created',
+      'key',
+      'order-7',
+      'data',
+      '{"total":12.5,"items":["a"]}',
+      'headers',
+      '{"traceparent":"tp"}',
+    ]);
+    expect(result.id).toBe(derivedEventId(keys.logTag, result.partition, result.offset));
+  });
+
+  it('writes the id and the publish time of an event published with an id of its own', async () => {
+    const before = Date.now();
+    const result = await publisher.publish('order.created', { total: 1 }, { id: 'outbox-7' });
+    const [[, fields]] = await redis.xrange(keys.stream(result.partition), result.offset, result.offset);
+    expect(fields.slice(0, 4)).toEqual(['id', 'outbox-7', 'event', 'order.created']);
+    expect(Number(fields[fields.indexOf('time') + 1])).toBeGreaterThanOrEqual(before);
+    const [many] = await publisher.publishMany([{ event: 'order.created', data: {}, id: 'outbox-8' }]);
+    const [[, manyFields]] = await redis.xrange(keys.stream(many.partition), many.offset, many.offset);
+    expect(manyFields).toEqual(expect.arrayContaining(['id', 'outbox-8', 'time']));
   });
 
   it('sends keyless events to partition 0 unless told otherwise, and keeps a given id', async () => {
@@ -105,6 +120,18 @@ describe('EventrailPublisher', () => {
     const entries = await redis.xrange(keys.stream(partition), results[0].offset, '+');
     const ns = entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n);
     expect(ns).toEqual(Array.from({ length: 50 }, (_, n) => n));
+  });
+
+  it('coalesces concurrent publish calls and keeps their call order, also against a publishMany sent right after', async () => {
+    const calls = Array.from({ length: 500 }, (_, n) => publisher.publish('seq', { n }, { key: 'coalesced' }));
+    const after = publisher.publishMany([{ event: 'seq', data: { n: 500 }, key: 'coalesced' }]);
+    const results = [...(await Promise.all(calls)), ...(await after)];
+    const partition = results[0].partition;
+    const entries = await redis.xrange(keys.stream(partition), results[0].offset, '+');
+    expect(entries.map(([offset]) => offset)).toEqual(results.map((r) => r.offset));
+    expect(entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual(Array.from({ length: 501 }, (_, n) => n));
+    expect(new Set(results.map((r) => r.id)).size).toBe(501);
+    for (const r of results) expect(r.id).toBe(derivedEventId(keys.logTag, partition, r.offset));
   });
 
   describe('refuses bad input with a typed error and appends nothing', () => {

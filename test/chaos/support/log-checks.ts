@@ -1,4 +1,5 @@
 import type Redis from 'ioredis';
+import { readEntry } from '../../../lib/log/codec';
 import type { EventrailKeys } from '../../../lib/log/keys';
 import type { Handling } from './chaos-protocol';
 
@@ -21,7 +22,9 @@ export async function readLog(redis: Redis, keys: EventrailKeys): Promise<LogEnt
       entries.map(([offset, list]) => {
         const fields: Record<string, string> = {};
         for (let i = 0; i + 1 < list.length; i += 2) fields[list[i]] = list[i + 1];
-        return { partition: p, offset, id: fields.id, key: fields.key ?? '', seq: (JSON.parse(fields.data) as { seq: number }).seq };
+        // The event id as consumers see it: the entry's own, or the one derived from its position.
+        const { id } = readEntry(offset, list, { partition: p, logTag: keys.logTag }) as { id: string };
+        return { partition: p, offset, id, key: fields.key ?? '', seq: (JSON.parse(fields.data) as { seq: number }).seq };
       }),
     );
   }
