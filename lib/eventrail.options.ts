@@ -5,6 +5,7 @@ import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
 import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './option-checks';
+import { resolveTracingOptions, type ResolvedTracingOptions, type TracingOptions } from './tracing/tracing.options';
 import { redactUrl } from './util/redact-url';
 
 /** Where a group starts reading when it has no committed offset yet. */
@@ -180,6 +181,11 @@ export interface EventrailModuleOptions {
    * @default undefined (no retention: the log grows until trimmed)
    */
   retention?: RetentionOptions;
+  /**
+   * OpenTelemetry spans for publishing and handling, when `@opentelemetry/api` is installed (see `TracingOptions`).
+   * @default { enabled: true, parent: false }
+   */
+  tracing?: TracingOptions;
 }
 
 export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
@@ -205,6 +211,7 @@ export interface ResolvedEventrailOptions {
   requireNoEviction: boolean;
   metrics: EventrailMetrics;
   retention?: ResolvedRetentionOptions;
+  tracing: ResolvedTracingOptions;
 }
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
@@ -266,6 +273,7 @@ const MODULE_OPTION_NAMES = Object.keys({
   isGlobal: true,
   metrics: true,
   retention: true,
+  tracing: true,
 } satisfies Record<keyof EventrailModuleOptions, true>);
 const REPLICATION_OPTION_NAMES = Object.keys({ replicas: true, timeoutMs: true } satisfies Record<
   keyof NonNullable<EventrailModuleOptions['replication']>,
@@ -324,6 +332,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     requireNoEviction: checkBoolean('requireNoEviction', options.requireNoEviction ?? MODULE_DEFAULTS.requireNoEviction),
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
+    tracing: resolveTracingOptions(options.tracing),
   };
 }
 

@@ -9,7 +9,7 @@ import {
 import { checkObject, rejectUnknownKeys } from '../option-checks';
 
 /** The log options both ends of the transport need: where it is and how it is laid out. */
-type LogOptions = Pick<EventrailModuleOptions, 'redis' | 'prefix' | 'partitions' | 'startupTimeoutMs' | 'requireNoEviction'>;
+type LogOptions = Pick<EventrailModuleOptions, 'redis' | 'prefix' | 'partitions' | 'startupTimeoutMs' | 'requireNoEviction' | 'tracing'>;
 
 /**
  * Options of `new EventrailServer(...)`: the log, the consumer group its
@@ -33,6 +33,7 @@ const LOG_OPTION_NAMES = Object.keys({
   partitions: true,
   startupTimeoutMs: true,
   requireNoEviction: true,
+  tracing: true,
 } satisfies Record<keyof LogOptions, true>);
 const CONSUMER_OPTION_NAMES = Object.keys(DEFAULT_CONSUMER_OPTIONS);
 const SERVER_OPTION_NAMES = [...LOG_OPTION_NAMES, 'group', 'metrics', ...CONSUMER_OPTION_NAMES];

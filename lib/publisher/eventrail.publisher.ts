@@ -15,6 +15,7 @@ import { encodeFields } from '../log/codec';
 import { newEventId } from '../log/event-id';
 import { partitionForKey } from '../log/partitioner';
 import { validateEventName, validateHeaders, validateJsonData } from '../log/validate-event';
+import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
 export interface PublishOptions {
   /** Ordering key: events with the same key go to the same partition and are handled in publish order. */
@@ -74,6 +75,13 @@ export class EventrailPublisher {
    * `durability: 'replicated'`, once the replicas confirmed it).
    */
   async publish<T>(event: string, data: T, options: PublishOptions = {}): Promise<PublishResult> {
+    // OpenTelemetry (when installed): a PRODUCER span, its trace context in the headers.
+    const span = startPublishSpan(this.options, event, options);
+    if (span) return span.track(this.publishOne(event, data, span.input));
+    return this.publishOne(event, data, options);
+  }
+
+  private async publishOne(event: string, data: unknown, options: PublishOptions): Promise<PublishResult> {
     const prepared = this.prepare(event, data, options, Date.now());
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
@@ -92,6 +100,12 @@ export class EventrailPublisher {
    * been appended (the error lists how many).
    */
   async publishMany(events: ReadonlyArray<PublishInput>, options: { durability?: Durability } = {}): Promise<PublishResult[]> {
+    const span = startPublishManySpan(this.options, events);
+    if (span) return span.track(this.publishBatch(span.input, options));
+    return this.publishBatch(events, options);
+  }
+
+  private async publishBatch(events: ReadonlyArray<PublishInput>, options: { durability?: Durability }): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     const now = Date.now();
     const prepared = events.map((input) => this.prepare(input?.event, input?.data, input ?? {}, now));
