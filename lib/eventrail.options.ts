@@ -186,6 +186,14 @@ export interface EventrailModuleOptions {
    * @default { enabled: true, parent: false }
    */
   tracing?: TracingOptions;
+  /** CloudEvents: what `EventrailCloudEvents.toCloudEvent` writes as `source`. */
+  cloudEvents?: {
+    /**
+     * The CloudEvents `source` (a URI-reference) of events this app's log hands out as CloudEvents.
+     * @default `/eventrail/<prefix>`
+     */
+    source?: string;
+  };
 }
 
 export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
@@ -212,6 +220,7 @@ export interface ResolvedEventrailOptions {
   metrics: EventrailMetrics;
   retention?: ResolvedRetentionOptions;
   tracing: ResolvedTracingOptions;
+  cloudEvents: { source: string };
 }
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
@@ -274,6 +283,7 @@ const MODULE_OPTION_NAMES = Object.keys({
   metrics: true,
   retention: true,
   tracing: true,
+  cloudEvents: true,
 } satisfies Record<keyof EventrailModuleOptions, true>);
 const REPLICATION_OPTION_NAMES = Object.keys({ replicas: true, timeoutMs: true } satisfies Record<
   keyof NonNullable<EventrailModuleOptions['replication']>,
@@ -333,6 +343,7 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
     tracing: resolveTracingOptions(options.tracing),
+    cloudEvents: resolveCloudEventsOptions(options.cloudEvents, prefix),
   };
 }
 
@@ -424,4 +435,21 @@ function validateMetrics(metrics: EventrailMetrics): EventrailMetrics {
     if (hook !== undefined && typeof hook !== 'function') throw new InvalidOptionError(`metrics.${name}`, hook, 'a function');
   }
   return metrics;
+}
+
+function resolveCloudEventsOptions(options: EventrailModuleOptions['cloudEvents'], prefix: string): { source: string } {
+  const given = options ?? {};
+  checkObject('cloudEvents', given, 'an object: { source? }');
+  rejectUnknownKeys('cloudEvents', given, ['source']);
+  const source = given.source ?? `/eventrail/${prefix}`;
+  // A URI-reference: no spaces or control characters, not empty.
+  // eslint-disable-next-line no-control-regex
+  if (typeof source !== 'string' || !/^[^\s\u0000-\u001f\u007f]{1,2048}$/.test(source)) {
+    throw new InvalidOptionError(
+      'cloudEvents.source',
+      source,
+      'a non-empty URI-reference such as "https://shop.example/orders" or "/orders"',
+    );
+  }
+  return { source };
 }

@@ -75,3 +75,8 @@ export { EventrailDashboardLink } from './dashboard/eventrail-dashboard-link';
 export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
 export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
 export { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';
+export { toCloudEvent, fromCloudEvent, CLOUD_EVENT_HEADERS, HEADERS_EXTENSION } from './cloudevents/cloud-event.codec';
+export type { CloudEventPublishInput, EventrailCloudEvent } from './cloudevents/cloud-event.codec';
+export { EventrailCloudEvents } from './cloudevents/eventrail-cloud-events';
+export { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
+export type { TracingOptions } from './tracing/tracing.options';
