@@ -80,3 +80,7 @@ export type { CloudEventPublishInput, EventrailCloudEvent } from './cloudevents/
 export { EventrailCloudEvents } from './cloudevents/eventrail-cloud-events';
 export { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
 export type { TracingOptions } from './tracing/tracing.options';
+export { EventrailCloudEventsModule } from './cloudevents/eventrail-cloud-events.module';
+export { EventrailCloudEventsController } from './cloudevents/eventrail-cloud-events.controller';
+export type { EventrailCloudEventsOptions } from './cloudevents/cloud-events-ingress.options';
+export { IngressAuthRequiredError } from './errors/ingress-auth-required.error';
