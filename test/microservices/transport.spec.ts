@@ -20,7 +20,7 @@ import { NestFactory } from '@nestjs/core';
 import { ClientProxy, ClientsModule, Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import Redis from 'ioredis';
 import { EMPTY, lastValueFrom, Observable, tap } from 'rxjs';
-import { InvalidEventNameError, NonRetryableError, PublishResult, RedisUnavailableError } from '../../lib';
+import { EventrailConsumers, InvalidEventNameError, NonRetryableError, PublishResult, RedisUnavailableError } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { decodeDeadLetter, DeadLetter } from '../../lib/log/dead-letter.codec';
 import {
@@ -187,7 +187,7 @@ describe('@nestjs/microservices transport', () => {
     options: Partial<EventrailServerOptions> = {},
     controllers: Array<new (...args: never[]) => unknown> = [BillingController],
   ): Promise<{ app: INestMicroservice; client: ClientProxy; journal: Journal; prefix: string; server: EventrailServer }> {
-    const prefix = uniquePrefix('ms');
+    const prefix = options.prefix ?? uniquePrefix('ms');
     prefixes.push(prefix);
     const partitions = options.partitions ?? 1;
     @Module({ imports: [clientModule(prefix, partitions)], controllers, providers: [Journal] })
@@ -256,6 +256,34 @@ describe('@nestjs/microservices transport', () => {
       expect(order).toEqual([...order].sort((a, b) => a - b));
       expect(order).toHaveLength(20);
     }
+  });
+
+  it('processes of one group share the partitions and handle each event once; another group gets every event too', async () => {
+    const prefix = uniquePrefix('ms');
+    const first = await start({ prefix, partitions: 4, lockTtlMs: 2_000, heartbeatTtlMs: 2_000 });
+    const second = await start({ prefix, partitions: 4, lockTtlMs: 2_000, heartbeatTtlMs: 2_000 });
+    const audit = await start({ prefix, partitions: 4, group: 'audit' });
+    const owned = (s: EventrailServer): number[] => s.unwrap<EventrailConsumers>().ownership().billing ?? [];
+    // The fair share (2 partitions each) is settled before anything is emitted.
+    await waitFor(() => owned(first.server).length === 2 && owned(second.server).length === 2, 'two partitions each');
+    const ids = await Promise.all(
+      Array.from({ length: 40 }, (_, n) =>
+        lastValueFrom(first.client.emit<PublishResult>('payment.completed', new EventrailRecord({ n }, { key: `k-${n}` }))).then(
+          (r) => r.id,
+        ),
+      ),
+    );
+    const billing = (): Seen[] => [...first.journal.of('payment.completed'), ...second.journal.of('payment.completed')];
+    await waitForCount(billing, 40, '40 events handled by the billing group');
+    await waitForCount(() => audit.journal.of('payment.completed'), 40, '40 events handled by the audit group');
+    expect(
+      billing()
+        .map((s) => s.id)
+        .sort(),
+    ).toEqual([...ids].sort());
+    expect(first.journal.of('payment.completed').length).toBeGreaterThan(0);
+    expect(second.journal.of('payment.completed').length).toBeGreaterThan(0);
+    expect(new Set(audit.journal.of('payment.completed').map((s) => s.group))).toEqual(new Set(['audit']));
   });
 
   it('retries a rejecting handler in place and dead-letters an errored stream after maxRetries, with its error', async () => {
