@@ -5,6 +5,7 @@ import type { EventrailMessage } from '../eventrail-message';
 import { isMalformed } from '../log/codec';
 import { describeError, isError } from '../util/describe-error';
 import { ATTR, eventrailTracer, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
+import { parseHeaders, producerContext, REPLAY_HEADER } from './redelivery-tracing';
 import type { ResolvedTracingOptions } from './tracing.options';
 
 export interface ProcessTracingConfig {
@@ -88,6 +89,9 @@ function runTraced(
   message: EventrailMessage,
 ): unknown {
   const { parent, links } = placement(api, config, message.headers);
+  // A dead-letter replay: linked to the replay's span as well as to the original producer's.
+  const replay = producerContext(api, message.headers[REPLAY_HEADER]);
+  if (replay) links.push({ context: replay });
   const span = eventrailTracer(api).startSpan(
     `process ${message.event}`,
     {
@@ -105,6 +109,7 @@ function runTraced(
     },
     parent,
   );
+  if (replay) span.addEvent('eventrail.replay');
   if (message.attempt > 1) span.addEvent('eventrail.retry', { [ATTR.attempt]: message.attempt });
   let result: unknown;
   try {
@@ -171,16 +176,6 @@ function fail(api: OpenTelemetry, span: Span, error: unknown): void {
     span.recordException(message);
   }
   span.setStatus({ code: api.SpanStatusCode.ERROR, message });
-}
-
-function parseHeaders(json: string | undefined): Record<string, string> {
-  if (json === undefined) return {};
-  try {
-    const parsed: unknown = JSON.parse(json);
-    return typeof parsed === 'object' && parsed !== null ? (parsed as Record<string, string>) : {};
-  } catch {
-    return {};
-  }
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -7,7 +7,7 @@ import { InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opente
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import Redis from 'ioredis';
-import { EventrailMessage, EventrailModule, EventrailModuleOptions, EventrailPublisher, OnEvent } from '../../lib';
+import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailModuleOptions, EventrailPublisher, OnEvent } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -180,6 +180,25 @@ describe('OpenTelemetry traces across the log', () => {
       ],
     ]);
     expect(letter.links.map((l) => l.context.spanId)).toEqual([one(spansOf(prefix), 'publish order.placed').spanContext().spanId]);
+  });
+
+  it('a dead-letter replay is a span of its own; the new attempts link to it and to the original producer', async () => {
+    const url = await boot();
+    failUntilAttempt = 10;
+    await placeOrder(url, 'o-5');
+    await waitFor(() => spansOf(prefix).some((s) => s.name === 'dead-letter order.placed'), 'the dead letter');
+    const producer = one(spansOf(prefix), 'publish order.placed');
+    failUntilAttempt = 1;
+    exporter.reset();
+    expect(await app!.get(EventrailAdmin).replayDeadLetters('ledger', 'all')).toBe(1);
+    await waitFor(() => spansOf(prefix).some((s) => s.name === 'process order.placed'), 'the replayed attempt');
+    const replay = one(spansOf(prefix), 'replay order.placed');
+    expect(replay.kind).toBe(SpanKind.PRODUCER);
+    expect(replay.events.map((e) => e.name)).toEqual(['eventrail.replay']);
+    expect(replay.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId]);
+    const attempt = one(spansOf(prefix), 'process order.placed');
+    expect(attempt.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId, replay.spanContext().spanId]);
+    expect(attempt.events.map((e) => e.name)).toEqual(['eventrail.replay']);
   });
 
   it('publishMany is one PRODUCER span; events keep a trace context they already carry, and the span links to it', async () => {
