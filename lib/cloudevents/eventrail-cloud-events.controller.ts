@@ -1,4 +1,16 @@
-import { HttpCode, Inject, Injectable, Post, Req, UnsupportedMediaTypeException } from '@nestjs/common';
+import {
+  BadRequestException,
+  Headers,
+  HttpCode,
+  Inject,
+  Injectable,
+  Options,
+  Post,
+  Req,
+  Res,
+  UnsupportedMediaTypeException,
+} from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { InvalidCloudEventError } from '../errors/invalid-cloud-event.error';
@@ -25,7 +37,25 @@ export class EventrailCloudEventsController {
   constructor(
     private readonly cloudEvents: EventrailCloudEvents,
     @Inject(CLOUD_EVENTS_OPTIONS) private readonly options: ResolvedCloudEventsOptions,
+    private readonly adapterHost: HttpAdapterHost,
   ) {}
+
+  /**
+   * The CloudEvents webhook validation handshake (abuse protection): a sender
+   * such as Azure Event Grid asks with `OPTIONS` and `WebHook-Request-Origin`
+   * whether it may deliver; the answer allows that origin. It passes the
+   * same access rules as a delivery.
+   */
+  @Options()
+  @HttpCode(200)
+  handshake(@Headers('webhook-request-origin') origin: string | undefined, @Res({ passthrough: true }) response: unknown): void {
+    if (origin === undefined || !/^[\x21-\x7e]{1,255}$/.test(origin)) {
+      throw new BadRequestException('Send WebHook-Request-Origin: <the sender host> to validate this CloudEvents webhook');
+    }
+    const adapter = this.adapterHost.httpAdapter;
+    adapter.setHeader(response, 'WebHook-Allowed-Origin', origin);
+    adapter.setHeader(response, 'Allow', 'POST, OPTIONS');
+  }
 
   @Post()
   @HttpCode(202)

@@ -172,6 +172,16 @@ describe('CloudEvents HTTP ingress', () => {
     expect(() => resolveCloudEventsOptions({ path: '/ce', maxBatchsize: 3 } as never)).toThrow(/did you mean maxBatchSize/);
   });
 
+  it('answers the webhook validation handshake (OPTIONS with WebHook-Request-Origin), behind the same access rules', async () => {
+    await boot({ auth: { token: TOKEN } });
+    const ask = (headers: Record<string, string>): Promise<Response> => fetch(url, { method: 'OPTIONS', headers });
+    const allowed = await ask({ 'webhook-request-origin': 'eventgrid.azure.net', authorization: `Bearer ${TOKEN}` });
+    expect(allowed.status).toBe(200);
+    expect(allowed.headers.get('webhook-allowed-origin')).toBe('eventgrid.azure.net');
+    expect((await ask({ 'webhook-request-origin': 'eventgrid.azure.net' })).status).toBe(401);
+    expect((await ask({ authorization: `Bearer ${TOKEN}` })).status).toBe(400);
+  });
+
   it('answers 503 when Redis is away, so the sender retries', async () => {
     await boot({ auth: { token: TOKEN } });
     // Without a connection, the publisher refuses at once with RedisUnavailableError.
