@@ -23,8 +23,8 @@ import { EventrailCloudEvents } from './eventrail-cloud-events';
 /** Largest request body read, in bytes: what one event's data may be, plus room for its attributes. */
 const MAX_BODY_BYTES = 16 * 1024 * 1024;
 
-/** A request as Express hands it over: Node's, with what a body parser may have made of it. */
-type IngressRequest = IncomingMessage & { body?: unknown };
+/** A request as Express hands it over (Node's, with what a body parser may have made of it), or Fastify (`raw` is Node's). */
+type IngressRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage };
 
 /**
  * Accepts CloudEvents over HTTP, in binary, structured and batch mode, and
@@ -76,9 +76,9 @@ export class EventrailCloudEventsController {
   }
 }
 
-/** The body a parser already read (JSON, text), or else read here as text, up to `MAX_BODY_BYTES`. */
+/** The body a parser already read (JSON, text; always on Fastify), or else read here as text, up to `MAX_BODY_BYTES`. */
 async function readBody(request: IngressRequest): Promise<HttpBody> {
-  if (request.readableEnded) return request.body as HttpBody;
+  if (request.raw !== undefined || request.readableEnded) return request.body as HttpBody;
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of request as AsyncIterable<Buffer>) {

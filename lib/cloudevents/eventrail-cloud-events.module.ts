@@ -1,5 +1,6 @@
 import { Controller, DynamicModule, Module, Type, UseFilters, UseGuards } from '@nestjs/common';
 import { CloudEventsAccessGuard } from './cloud-events-access.guard';
+import { CloudEventsBodyParsers } from './cloud-events-body-parsers';
 import { CloudEventsErrorFilter } from './cloud-events-error.filter';
 import { CLOUD_EVENTS_OPTIONS } from './cloud-events.constants';
 import { resolveCloudEventsOptions, type EventrailCloudEventsOptions } from './cloud-events-ingress.options';
@@ -9,8 +10,8 @@ import { EventrailCloudEventsController } from './eventrail-cloud-events.control
  * An HTTP ingress for CloudEvents (binary, structured and batch mode) that
  * appends them to the log, so a service without Redis access (another
  * language, a webhook source such as Knative or Event Grid) can publish.
- * Opt-in; needs `EventrailModule` imported (global by default) and an
- * Express app.
+ * Opt-in; needs `EventrailModule` imported (global by default); Express or
+ * Fastify.
  */
 @Module({})
 export class EventrailCloudEventsModule {
@@ -19,7 +20,7 @@ export class EventrailCloudEventsModule {
     return {
       module: EventrailCloudEventsModule,
       controllers: [mounted(resolved.path)],
-      providers: [{ provide: CLOUD_EVENTS_OPTIONS, useValue: resolved }, CloudEventsAccessGuard],
+      providers: [{ provide: CLOUD_EVENTS_OPTIONS, useValue: resolved }, CloudEventsAccessGuard, CloudEventsBodyParsers],
     };
   }
 }

@@ -1,5 +1,6 @@
 import { INestApplication, Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { CloudEvent, emitterFor, HTTP, httpTransport, Mode } from 'cloudevents';
 import Redis from 'ioredis';
 import {
@@ -46,7 +47,7 @@ describe('CloudEvents HTTP ingress', () => {
   });
   afterAll(() => redis.quit());
 
-  async function boot(ingress: EventrailCloudEventsOptions, moduleOptions = {}): Promise<void> {
+  async function boot(ingress: EventrailCloudEventsOptions, moduleOptions = {}, fastify = false): Promise<void> {
     prefix = uniquePrefix('ce');
     const moduleRef = await Test.createTestingModule({
       imports: [
@@ -61,7 +62,9 @@ describe('CloudEvents HTTP ingress', () => {
       ],
       providers: [Invoices],
     }).compile();
-    app = moduleRef.createNestApplication({ logger: false });
+    app = fastify
+      ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false })
+      : moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
     url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}/cloudevents`;
   }
@@ -136,6 +139,22 @@ describe('CloudEvents HTTP ingress', () => {
     const keys = new EventrailKeys(prefix, 2);
     const lengths = await Promise.all([0, 1].map((p) => redis.xlen(keys.stream(p))));
     expect(lengths.reduce((a, b) => a + b, 0)).toBe(3);
+  });
+
+  it('works on Fastify too: binary (JSON and text data), structured and batch mode', async () => {
+    await boot({ auth: { token: TOKEN } }, {}, true);
+    const binary = HTTP.binary(invoice());
+    expect((await post(binary.headers as Record<string, string>, binary.body as string)).status).toBe(202);
+    const text = HTTP.binary(invoice({ datacontenttype: 'text/plain', data: 'paid in cash' }));
+    expect((await post(text.headers as Record<string, string>, text.body as string)).status).toBe(202);
+    const structured = HTTP.structured(invoice());
+    expect((await post(structured.headers as Record<string, string>, structured.body as string)).status).toBe(202);
+    const batch = await post({ 'content-type': 'application/cloudevents-batch+json' }, JSON.stringify([invoice(), invoice()]));
+    expect(batch.status).toBe(202);
+    await waitFor(() => received.length === 5, 'five handler calls');
+    expect(received[1]).toMatchObject({ data: 'paid in cash', headers: { 'ce-datacontenttype': 'text/plain' } });
+    const bad = await post({ 'content-type': 'application/cloudevents+json' }, '{"specversion":"1.0"}');
+    expect(bad).toMatchObject({ status: 400, body: { error: 'InvalidCloudEventError' } });
   });
 
   it('refuses what is not a CloudEvent (415), a missing attribute (400) and binary data (400)', async () => {
