@@ -18,9 +18,26 @@ export function openTelemetry(): OpenTelemetry | undefined {
   return loaded.api;
 }
 
+/**
+ * `@opentelemetry/api` when it is installed and an SDK (a tracer provider)
+ * is registered, else undefined. Without an SDK every span would be a no-op
+ * and no header would be written: skipping the work keeps `publish` and the
+ * handler call as they are without tracing. Asked on every call, which is a
+ * type check and a lookup: an app may register its SDK after startup.
+ */
+export function liveOpenTelemetry(enabled: boolean): OpenTelemetry | undefined {
+  const api = enabled ? openTelemetry() : undefined;
+  if (!api) return undefined;
+  const provider = api.trace.getTracerProvider();
+  if (provider instanceof api.ProxyTracerProvider && provider.getDelegateTracer(TRACER_NAME) === undefined) return undefined;
+  return api;
+}
+
+const TRACER_NAME = 'nestjs-eventrail';
+
 /** The tracer every eventrail span comes from (the instrumentation scope). */
 export function eventrailTracer(api: OpenTelemetry): OpenTelemetryApi.Tracer {
-  return api.trace.getTracer('nestjs-eventrail');
+  return api.trace.getTracer(TRACER_NAME);
 }
 
 /** Attribute names from the OpenTelemetry messaging semantic conventions, and eventrail's own under `messaging.eventrail.*`. */

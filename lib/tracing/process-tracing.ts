@@ -4,7 +4,7 @@ import type { HandlerBinding, HandlerMap } from '../consumer/group-plan';
 import type { EventrailMessage } from '../eventrail-message';
 import { isMalformed } from '../log/codec';
 import { describeError, isError } from '../util/describe-error';
-import { ATTR, eventrailTracer, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
+import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
 import { parseHeaders, producerContext, REPLAY_HEADER } from './redelivery-tracing';
 import type { ResolvedTracingOptions } from './tracing.options';
 
@@ -29,7 +29,11 @@ export function traceHandlers(config: ProcessTracingConfig, group: string, handl
       event,
       bindings.map((binding) => ({
         name: binding.name,
-        call: (message: EventrailMessage) => runTraced(api, config, group, binding, message),
+        // Without a registered SDK at the time of the call, the handler runs as if untraced.
+        call: (message: EventrailMessage) => {
+          const live = liveOpenTelemetry(true);
+          return live ? runTraced(live, config, group, binding, message) : binding.call(message);
+        },
       })),
     );
   }
@@ -46,6 +50,7 @@ export function traceDeadLetters(config: ProcessTracingConfig, sink: FailedMessa
   if (!api) return sink;
   return {
     accept: async (failed) => {
+      if (!liveOpenTelemetry(true)) return sink.accept(failed);
       const { entry } = failed;
       const event = isMalformed(entry) ? '(malformed)' : entry.event;
       const headers = isMalformed(entry) ? {} : parseHeaders(entry.headers);

@@ -1,6 +1,6 @@
 import type { Link, Span } from '@opentelemetry/api';
 import { describeError, isError } from '../util/describe-error';
-import { ATTR, eventrailTracer, MESSAGING_SYSTEM, openTelemetry } from './open-telemetry';
+import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, openTelemetry } from './open-telemetry';
 import type { ResolvedTracingOptions } from './tracing.options';
 
 /** The parts of `publish`'s options and results the spans read (structurally, so tracing does not import the publisher). */
@@ -38,7 +38,7 @@ export interface PublishSpan<T> {
 
 /** Undefined when tracing is off or OpenTelemetry is not installed: then publish as if it did not exist. */
 export function startPublishSpan<O extends Traceable>(config: PublishTracingConfig, event: string, options: O): PublishSpan<O> | undefined {
-  const api = config.tracing.enabled ? openTelemetry() : undefined;
+  const api = liveOpenTelemetry(config.tracing.enabled);
   const read = api && typeof event === 'string' ? readTraceable(options) : undefined;
   if (!api || !read) return undefined;
   const links: Link[] = [];
@@ -62,7 +62,7 @@ export function startPublishManySpan<E extends TraceableEvent>(
   config: PublishTracingConfig,
   events: ReadonlyArray<E>,
 ): PublishSpan<ReadonlyArray<E>> | undefined {
-  const api = config.tracing.enabled ? openTelemetry() : undefined;
+  const api = liveOpenTelemetry(config.tracing.enabled);
   if (!api || !Array.isArray(events) || events.length === 0) return undefined;
   const reads: Array<{ copy: E; headers: Record<string, string> | undefined }> = [];
   for (const input of events) {

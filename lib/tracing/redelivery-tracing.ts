@@ -2,7 +2,7 @@ import type { Link } from '@opentelemetry/api';
 import { isMalformed } from '../log/codec';
 import type { Redelivery } from '../log/redelivery';
 import { describeError } from '../util/describe-error';
-import { ATTR, eventrailTracer, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
+import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, type OpenTelemetry } from './open-telemetry';
 import type { ResolvedTracingOptions } from './tracing.options';
 
 /**
@@ -24,7 +24,7 @@ export function startRedeliverySpan(
   group: string,
   items: readonly Redelivery[],
 ): { items: Redelivery[]; track<T>(appended: Promise<T>): Promise<T> } | undefined {
-  const api = tracing.enabled ? openTelemetry() : undefined;
+  const api = liveOpenTelemetry(tracing.enabled);
   if (!api || items.length === 0) return undefined;
   const names = new Set(items.map(({ entry }) => (isMalformed(entry) ? '(malformed)' : entry.event)));
   const name = names.size === 1 ? [...names][0] : 'batch';
