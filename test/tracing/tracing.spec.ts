@@ -1,4 +1,7 @@
-import { Body, Controller, INestApplication, Injectable, Post } from '@nestjs/common';
+import { Body, Controller, INestApplication, Injectable, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
 import { Test } from '@nestjs/testing';
 import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
@@ -9,6 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import Redis from 'ioredis';
 import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailModuleOptions, EventrailPublisher, OnEvent } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailClient, EventrailServer } from '../../lib/microservices';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
 const exporter = new InMemorySpanExporter();
@@ -51,6 +55,18 @@ function serverSpans(req: IncomingMessage, res: ServerResponse, next: () => void
   const span = tracer.startSpan(`${req.method} ${req.url?.split('?')[0]}`, { kind: SpanKind.SERVER }, parent);
   res.on('finish', () => span.end());
   context.with(trace.setSpan(parent, span), next);
+}
+
+@Controller()
+class BillingController {
+  @EventPattern<string>('payment.completed')
+  async handle(@Payload() data: { n: number }): Promise<void> {
+    await tracer.startActiveSpan('billing.charge', async (span) => {
+      span.setAttribute('n', data.n);
+      await Promise.resolve();
+      span.end();
+    });
+  }
 }
 
 function spansOf(prefix: string): ReadableSpan[] {
@@ -199,6 +215,38 @@ describe('OpenTelemetry traces across the log', () => {
     const attempt = one(spansOf(prefix), 'process order.placed');
     expect(attempt.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId, replay.spanContext().spanId]);
     expect(attempt.events.map((e) => e.name)).toEqual(['eventrail.replay']);
+  });
+
+  it('the microservices transport is traced the same way: emit in a request, the @EventPattern handler and its own spans', async () => {
+    prefix = uniquePrefix('otel');
+    @Module({ controllers: [BillingController] })
+    class BillingModule {}
+    const server = new EventrailServer({ redis: testRedisUrl(), prefix, group: 'billing', tracing: { parent: true } });
+    const microservice = await NestFactory.createMicroservice(BillingModule, { strategy: server, logger: false });
+    await microservice.listen();
+    const client = new EventrailClient({ redis: testRedisUrl(), prefix });
+    try {
+      await tracer.startActiveSpan('checkout', async (span) => {
+        await lastValueFrom(client.emit('payment.completed', { n: 7 }));
+        span.end();
+      });
+      await waitFor(() => exporter.getFinishedSpans().some((s) => s.name === 'billing.charge'), 'the handler span');
+    } finally {
+      await client.close();
+      await microservice.close();
+    }
+    const spans = spansOf(prefix);
+    const request = one(exporter.getFinishedSpans(), 'checkout');
+    const producer = one(spans, 'publish payment.completed');
+    const consumer = one(spans, 'process payment.completed');
+    const charge = one(spans, 'billing.charge');
+    expect(producer.parentSpanContext?.spanId).toBe(request.spanContext().spanId);
+    expect(consumer.parentSpanContext?.spanId).toBe(producer.spanContext().spanId);
+    expect(charge.parentSpanContext?.spanId).toBe(consumer.spanContext().spanId);
+    expect(consumer.attributes).toMatchObject({
+      'messaging.consumer.group.name': 'billing',
+      'code.function.name': "@EventPattern('payment.completed')",
+    });
   });
 
   it('publishMany is one PRODUCER span; events keep a trace context they already carry, and the span links to it', async () => {
