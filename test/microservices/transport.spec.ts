@@ -258,6 +258,14 @@ describe('@nestjs/microservices transport', () => {
     }
   });
 
+  it("metadata a dispatch hook puts on the packet travels as headers, under the record's own", async () => {
+    const { client, journal } = await start();
+    client.setOnDispatchHook((packet) => (packet.metadata = { tenant: 'from-hook', region: 'eu' }));
+    await lastValueFrom(client.emit('payment.completed', new EventrailRecord({ n: 1 }, { headers: { tenant: 'acme' } })));
+    const [seen] = await waitForCount(() => journal.of('payment.completed'), 1, 'the handler call');
+    expect(seen.headers).toEqual({ tenant: 'acme', region: 'eu' });
+  });
+
   it('processes of one group share the partitions and handle each event once; another group gets every event too', async () => {
     const prefix = uniquePrefix('ms');
     const first = await start({ prefix, partitions: 4, lockTtlMs: 2_000, heartbeatTtlMs: 2_000 });
