@@ -2,7 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { MalformedEntry, RawEntry, redeliveryFields } from './codec';
 import type { EventrailKeys } from './keys';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
-import { startRedeliverySpan } from '../tracing/redelivery-tracing';
+import { startRedeliverySpan, type RedeliveryKind } from '../tracing/redelivery-tracing';
 
 /** An entry to deliver again (from a dead letter or an archive), and the partition it goes back to. */
 export interface Redelivery {
@@ -25,8 +25,9 @@ export async function redeliver(
   group: string,
   items: readonly Redelivery[],
   tracing?: ResolvedTracingOptions,
+  kind: RedeliveryKind = 'replay',
 ): Promise<Array<Error | null>> {
-  const span = tracing ? startRedeliverySpan(tracing, keys.prefix, group, items) : undefined;
+  const span = tracing ? startRedeliverySpan(tracing, keys.prefix, group, items, kind) : undefined;
   if (span) return span.track(append(client, keys, group, span.items));
   return append(client, keys, group, items);
 }

@@ -12,9 +12,13 @@ import type { ResolvedTracingOptions } from './tracing.options';
  */
 export const REPLAY_HEADER = 'replaytraceparent';
 
+/** Why events are appended again: a dead-letter replay, or an archive restore. */
+export type RedeliveryKind = 'replay' | 'restore';
+
 /**
- * A PRODUCER span `replay <event>` (or `replay batch`) around one re-delivery
- * to `group`, with an `eventrail.replay` event, linked to the original
+ * A PRODUCER span `replay <event>` (or `replay batch`; `restore ...` for an
+ * archive restore) around one re-delivery to `group`, with an
+ * `eventrail.replay` (`eventrail.restore`) event, linked to the original
  * producers; the items come back with `replaytraceparent` in their headers.
  * Undefined when tracing is off or OpenTelemetry is absent.
  */
@@ -23,6 +27,7 @@ export function startRedeliverySpan(
   prefix: string,
   group: string,
   items: readonly Redelivery[],
+  kind: RedeliveryKind = 'replay',
 ): { items: Redelivery[]; track<T>(appended: Promise<T>): Promise<T> } | undefined {
   const api = liveOpenTelemetry(tracing.enabled);
   if (!api || items.length === 0) return undefined;
@@ -33,12 +38,12 @@ export function startRedeliverySpan(
     const context = isMalformed(entry) ? undefined : producerContext(api, parseHeaders(entry.headers).traceparent);
     if (context) links.push({ context });
   }
-  const span = eventrailTracer(api).startSpan(`replay ${name}`, {
+  const span = eventrailTracer(api).startSpan(`${kind} ${name}`, {
     kind: api.SpanKind.PRODUCER,
     attributes: {
       [ATTR.system]: MESSAGING_SYSTEM,
       [ATTR.operationType]: 'send',
-      [ATTR.operationName]: 'replay',
+      [ATTR.operationName]: kind,
       [ATTR.destination]: name,
       [ATTR.group]: group,
       [ATTR.prefix]: prefix,
@@ -46,7 +51,7 @@ export function startRedeliverySpan(
     },
     links,
   });
-  span.addEvent('eventrail.replay', { [ATTR.group]: group, 'eventrail.events': items.length });
+  span.addEvent(`eventrail.${kind}`, { [ATTR.group]: group, 'eventrail.events': items.length });
   const carrier: Record<string, string> = {};
   api.propagation.inject(api.trace.setSpan(api.context.active(), span), carrier);
   const marked = carrier.traceparent;

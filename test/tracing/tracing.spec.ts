@@ -10,7 +10,18 @@ import { InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opente
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import Redis from 'ioredis';
-import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailModuleOptions, EventrailPublisher, OnEvent } from '../../lib';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  EventrailAdmin,
+  EventrailMessage,
+  EventrailModule,
+  EventrailModuleOptions,
+  EventrailPublisher,
+  EventrailRetention,
+  OnEvent,
+} from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
 import { EventrailClient, EventrailServer } from '../../lib/microservices';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
@@ -215,6 +226,34 @@ describe('OpenTelemetry traces across the log', () => {
     const attempt = one(spansOf(prefix), 'process order.placed');
     expect(attempt.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId, replay.spanContext().spanId]);
     expect(attempt.events.map((e) => e.name)).toEqual(['eventrail.replay']);
+  });
+
+  it('an archive restore is a span of its own too, and the restored attempts link to it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'eventrail-otel-'));
+    try {
+      const url = await boot({ retention: { enabled: false, maxLen: 0, archive: { driver: 'fs', dir } } });
+      await placeOrder(url, 'o-6');
+      await waitFor(() => handled.length === 1, 'the first handling');
+      const producer = one(spansOf(prefix), 'publish order.placed');
+      const retention = app!.get(EventrailRetention);
+      // The commit that lets retention trim the entry follows the handler call: wait for the trim itself.
+      await waitFor(
+        async () =>
+          (await retention.runOnce()).ran &&
+          (await redis.xlen(new EventrailKeys(prefix, 2).stream(Number(producer.attributes['messaging.destination.partition.id'])))) === 0,
+        'the entry archived and trimmed',
+      );
+      exporter.reset();
+      expect(await retention.restoreArchive('ledger', { from: new Date(0) })).toBe(1);
+      await waitFor(() => spansOf(prefix).some((s) => s.name === 'process order.placed'), 'the restored attempt');
+      const restore = one(spansOf(prefix), 'restore order.placed');
+      expect(restore.events.map((e) => e.name)).toEqual(['eventrail.restore']);
+      expect(restore.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId]);
+      const attempt = one(spansOf(prefix), 'process order.placed');
+      expect(attempt.links.map((l) => l.context.spanId)).toEqual([producer.spanContext().spanId, restore.spanContext().spanId]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('the microservices transport is traced the same way: emit in a request, the @EventPattern handler and its own spans', async () => {
