@@ -8,6 +8,7 @@ import { EventrailModuleAsyncOptions, EventrailModuleOptions, MODULE_DEFAULTS, r
 import { EventrailPublisher } from './publisher/eventrail.publisher';
 import { EventrailRedis } from './redis/eventrail-redis';
 import { EventrailRetention } from './retention/eventrail-retention';
+import { EventrailCloudEvents } from './cloudevents/eventrail-cloud-events';
 
 const resolvedOptionsProvider: Provider = {
   provide: EVENTRAIL_OPTIONS,
@@ -24,8 +25,9 @@ const providers: Provider[] = [
   EventrailExplorer,
   EventrailRetention,
   { provide: EVENTRAIL_RETENTION, useExisting: EventrailRetention },
+  EventrailCloudEvents,
 ];
-const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS, EventrailRetention];
+const exported = [EventrailPublisher, EventrailConsumers, EventrailAdmin, EVENTRAIL_OPTIONS, EventrailRetention, EventrailCloudEvents];
 
 /**
  * A durable, partitioned event log on Redis Streams. Global by default, so

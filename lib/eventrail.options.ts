@@ -5,6 +5,7 @@ import { isStreamId } from './log/stream-id';
 import type { EventrailMetrics } from './metrics/eventrail-metrics';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from './retention/retention.options';
 import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './option-checks';
+import { resolveTracingOptions, type ResolvedTracingOptions, type TracingOptions } from './tracing/tracing.options';
 import { redactUrl } from './util/redact-url';
 
 /** Where a group starts reading when it has no committed offset yet. */
@@ -189,6 +190,19 @@ export interface EventrailModuleOptions {
    * @default undefined (no retention: the log grows until trimmed)
    */
   retention?: RetentionOptions;
+  /**
+   * OpenTelemetry spans for publishing and handling, when `@opentelemetry/api` is installed (see `TracingOptions`).
+   * @default { enabled: true, parent: false }
+   */
+  tracing?: TracingOptions;
+  /** CloudEvents: what `EventrailCloudEvents.toCloudEvent` writes as `source`. */
+  cloudEvents?: {
+    /**
+     * The CloudEvents `source` (a URI-reference) of events this app's log hands out as CloudEvents.
+     * @default `/eventrail/<prefix>`
+     */
+    source?: string;
+  };
 }
 
 export interface EventrailModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
@@ -214,6 +228,8 @@ export interface ResolvedEventrailOptions {
   requireNoEviction: boolean;
   metrics: EventrailMetrics;
   retention?: ResolvedRetentionOptions;
+  tracing: ResolvedTracingOptions;
+  cloudEvents: { source: string };
 }
 
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
@@ -276,6 +292,8 @@ const MODULE_OPTION_NAMES = Object.keys({
   isGlobal: true,
   metrics: true,
   retention: true,
+  tracing: true,
+  cloudEvents: true,
 } satisfies Record<keyof EventrailModuleOptions, true>);
 const REPLICATION_OPTION_NAMES = Object.keys({ replicas: true, timeoutMs: true } satisfies Record<
   keyof NonNullable<EventrailModuleOptions['replication']>,
@@ -334,6 +352,8 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
     requireNoEviction: checkBoolean('requireNoEviction', options.requireNoEviction ?? MODULE_DEFAULTS.requireNoEviction),
     metrics: validateMetrics(options.metrics ?? {}),
     retention: resolveRetentionOptions(options.retention, env),
+    tracing: resolveTracingOptions(options.tracing),
+    cloudEvents: resolveCloudEventsOptions(options.cloudEvents, prefix),
   };
 }
 
@@ -448,4 +468,21 @@ export function resolveBatchOptions(path: string, batch: unknown): { maxSize: nu
     maxSize: checkInteger(`${path}.maxSize`, given.maxSize ?? DEFAULT_BATCH_OPTIONS.maxSize, 1, 10_000),
     maxWaitMs: checkInteger(`${path}.maxWaitMs`, given.maxWaitMs ?? DEFAULT_BATCH_OPTIONS.maxWaitMs, 0, 60_000),
   };
+}
+
+function resolveCloudEventsOptions(options: EventrailModuleOptions['cloudEvents'], prefix: string): { source: string } {
+  const given = options ?? {};
+  checkObject('cloudEvents', given, 'an object: { source? }');
+  rejectUnknownKeys('cloudEvents', given, ['source']);
+  const source = given.source ?? `/eventrail/${prefix}`;
+  // A URI-reference: no spaces or control characters, not empty.
+  // eslint-disable-next-line no-control-regex
+  if (typeof source !== 'string' || !/^[^\s\u0000-\u001f\u007f]{1,2048}$/.test(source)) {
+    throw new InvalidOptionError(
+      'cloudEvents.source',
+      source,
+      'a non-empty URI-reference such as "https://shop.example/orders" or "/orders"',
+    );
+  }
+  return { source };
 }

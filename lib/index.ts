@@ -91,3 +91,13 @@ export type { SettleOptions } from './consumer/eventrail-consumers';
 export { SettleTimeoutError } from './errors/settle-timeout.error';
 export type { LaggingPartition } from './errors/settle-timeout.error';
 export type { CheckedInput, PublishedData } from './publisher/eventrail.publisher';
+// CloudEvents and tracing (issue 15).
+export { toCloudEvent, fromCloudEvent, CLOUD_EVENT_HEADERS, HEADERS_EXTENSION } from './cloudevents/cloud-event.codec';
+export type { CloudEventPublishInput, EventrailCloudEvent } from './cloudevents/cloud-event.codec';
+export { EventrailCloudEvents } from './cloudevents/eventrail-cloud-events';
+export { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
+export type { TracingOptions } from './tracing/tracing.options';
+export { EventrailCloudEventsModule } from './cloudevents/eventrail-cloud-events.module';
+export { EventrailCloudEventsController } from './cloudevents/eventrail-cloud-events.controller';
+export type { EventrailCloudEventsOptions } from './cloudevents/cloud-events-ingress.options';
+export { IngressAuthRequiredError } from './errors/ingress-auth-required.error';

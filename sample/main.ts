@@ -4,6 +4,7 @@
 //   curl localhost:3000/ledger
 //   curl localhost:3000/health
 //   curl localhost:3000/metrics
+// EVENTRAIL_SAMPLE_TRACING=console prints the OpenTelemetry spans.
 import { Logger as NestLogger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Logger } from 'nestjs-pino';
@@ -11,8 +12,10 @@ import type { AddressInfo } from 'node:net';
 import { EventrailDashboardLink } from 'nestjs-eventrail';
 import { AppModule } from './app.module';
 import { runSmoke } from './smoke';
+import { startSampleTracing } from './tracing';
 
 async function bootstrap(): Promise<void> {
+  startSampleTracing();
   const smoke = process.env.SAMPLE_SMOKE === '1';
   // Logs from startup are held until pino takes over, so every line is JSON.
   const app = await NestFactory.create(AppModule, { bufferLogs: true });

@@ -160,7 +160,7 @@ export class DeadLetterAdmin {
     if (refused) throw refused[0];
     const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
     if (letters.length === 0) return 0;
-    const failures = await redeliver(client, keys, group, letters);
+    const failures = await redeliver(client, keys, group, letters, this.options.tracing);
     // Only what was appended leaves the dead-letter stream; the claims of the
     // others are released so that a later replay can try them again.
     const appended = letters.filter((_, i) => failures[i] === null).map(({ id }) => id);

@@ -12,6 +12,7 @@ import type { GroupStats } from './group-stats';
 import type { WorkerIdentity } from './membership';
 import { RebalanceSignal } from './rebalance-signal';
 import { MetricsHooks } from '../metrics/eventrail-metrics';
+import { traceDeadLetters, traceHandlers } from '../tracing/process-tracing';
 import { checkInteger, checkObject, rejectUnknownKeys } from '../option-checks';
 import { waitUntilSettled } from './settle-watch';
 
@@ -58,9 +59,11 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
 
   /** Adds a group the explorer found, with its options already resolved. */
   register({ group, handlers, options }: GroupPlan): void {
-    const sink = new DeadLetterSink(this.redis, this.identity.id, this.metrics);
+    // OpenTelemetry (when installed): a span per handler attempt and per dead letter.
+    const sink = traceDeadLetters(this.options, new DeadLetterSink(this.redis, this.identity.id, this.metrics));
+    const traced = traceHandlers(this.options, group, handlers);
     const announce = (name: string): Promise<void> => this.signal.announce(name);
-    this.groups.set(group, new GroupConsumer(group, handlers, options, this.redis, this.identity, sink, announce, this.metrics));
+    this.groups.set(group, new GroupConsumer(group, traced, options, this.redis, this.identity, sink, announce, this.metrics));
   }
 
   groupNames(): string[] {

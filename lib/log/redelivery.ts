@@ -1,6 +1,8 @@
 import type { Cluster, Redis } from 'ioredis';
 import { MalformedEntry, RawEntry, redeliveryFields } from './codec';
 import type { EventrailKeys } from './keys';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
+import { startRedeliverySpan, type RedeliveryKind } from '../tracing/redelivery-tracing';
 
 /** An entry to deliver again (from a dead letter or an archive), and the partition it goes back to. */
 export interface Redelivery {
@@ -14,9 +16,23 @@ export interface Redelivery {
  * every other group skips it. Each gets a new stream id at the end of its
  * partition. One pipeline per partition, sent together (on Redis Cluster a
  * pipeline may only touch one slot). Returns per item null when it was
- * appended, else why not.
+ * appended, else why not. With `tracing` (and OpenTelemetry installed), in a
+ * replay span whose trace context the items carry in `replaytraceparent`.
  */
 export async function redeliver(
+  client: Redis | Cluster,
+  keys: EventrailKeys,
+  group: string,
+  items: readonly Redelivery[],
+  tracing?: ResolvedTracingOptions,
+  kind: RedeliveryKind = 'replay',
+): Promise<Array<Error | null>> {
+  const span = tracing ? startRedeliverySpan(tracing, keys.prefix, group, items, kind) : undefined;
+  if (span) return span.track(append(client, keys, group, span.items));
+  return append(client, keys, group, items);
+}
+
+async function append(
   client: Redis | Cluster,
   keys: EventrailKeys,
   group: string,

@@ -18,6 +18,7 @@ import { validateEventName, validateHeaders, validateJsonData } from '../log/val
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
+import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
 export interface PublishOptions {
   /** Ordering key: events with the same key go to the same partition and are handled in publish order. */
@@ -103,6 +104,13 @@ export class EventrailPublisher {
     // A definition's schema checks the data first (awaited only when the schema is asynchronous).
     const named = publishedEventName(definitionOrName, data);
     const event = typeof named === 'string' ? named : await named;
+    // OpenTelemetry (when installed): a PRODUCER span, its trace context in the headers.
+    const span = startPublishSpan(this.options, event, options);
+    if (span) return span.track(this.publishOne(event, data, span.input));
+    return this.publishOne(event, data, options);
+  }
+
+  private async publishOne(event: string, data: unknown, options: PublishOptions): Promise<PublishResult> {
     const prepared = this.prepare(event, data, options, Date.now());
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
@@ -126,6 +134,12 @@ export class EventrailPublisher {
     options?: { durability?: Durability },
   ): Promise<PublishResult[]>;
   async publishMany(events: ReadonlyArray<PublishInput>, options: { durability?: Durability } = {}): Promise<PublishResult[]> {
+    const span = startPublishManySpan(this.options, events);
+    if (span) return span.track(this.publishBatch(span.input, options));
+    return this.publishBatch(events, options);
+  }
+
+  private async publishBatch(events: ReadonlyArray<PublishInput>, options: { durability?: Durability }): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     // Every definition's schema checks its data before anything is prepared or sent.
     const named = publishedEventNames(events);

@@ -9,6 +9,7 @@ import type { EventrailRedis } from '../redis/eventrail-redis';
 import { ArchivedEntry, decodeArchive, MAX_ARCHIVE_OBJECT_BYTES, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
 import type { ArchiveObject, ArchiveSource, ProgressListener } from '../eventrail.types';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 
 const PAGE = 500;
 
@@ -26,6 +27,8 @@ export class ArchiveRestorer {
     private readonly sink: ArchiveSink,
     /** Most bytes one object may inflate to (see `MAX_ARCHIVE_OBJECT_BYTES`). */
     private readonly maxObjectBytes = MAX_ARCHIVE_OBJECT_BYTES,
+    /** OpenTelemetry spans for the restores (see `log/redelivery.ts`). */
+    private readonly tracing?: ResolvedTracingOptions,
   ) {}
 
   /** Archive objects of this log (by its prefix), by partition and then id. */
@@ -129,7 +132,7 @@ export class ArchiveRestorer {
     for (let i = 0; i < entries.length; i += PAGE) {
       const origin = { partition, logTag: keys.logTag };
       const page = entries.slice(i, i + PAGE).map((e) => ({ partition, entry: readEntry(e.id, Object.entries(e.fields).flat(), origin) }));
-      const failures = await redeliver(client, keys, group, page);
+      const failures = await redeliver(client, keys, group, page, this.tracing, 'restore');
       appended += failures.filter((failure) => failure === null).length;
       const failed = failures.find((failure) => failure !== null);
       if (failed) {

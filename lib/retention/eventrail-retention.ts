@@ -15,6 +15,7 @@ import { RetentionLock } from './retention-lock';
 import type { ResolvedRetentionOptions } from './retention.options';
 import { RetentionJob, RetentionScheduler } from './retention.scheduler';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 
 /** TTL of the fleet-wide retention lock; extended after every partition and archive object. */
 const LOCK_TTL_MS = 60_000;
@@ -23,6 +24,7 @@ const LOCK_TTL_MS = 60_000;
 interface RetentionModuleOptions {
   prefix: string;
   retention?: ResolvedRetentionOptions;
+  tracing?: ResolvedTracingOptions;
 }
 
 /**
@@ -142,6 +144,6 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
 
   private restorer(): ArchiveRestorer {
     if (!this.sink) throw new InvalidOptionError('retention.archive', undefined, 'an archive (fs or s3) to list and restore from');
-    return new ArchiveRestorer(this.redis, this.sink);
+    return new ArchiveRestorer(this.redis, this.sink, undefined, this.options.tracing);
   }
 }

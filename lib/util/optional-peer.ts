@@ -13,3 +13,18 @@ export async function importOptionalPeer<T>(load: () => Promise<T>, missing: (er
     throw error;
   }
 }
+
+/**
+ * The synchronous form, for a peer that is used when it is there and simply
+ * skipped when it is not (OpenTelemetry): `load` is `() => require('name')`,
+ * called on first use rather than when this library is loaded. Undefined when
+ * the package is not installed; any other failure propagates.
+ */
+export function requireOptionalPeer<T>(load: () => T): T | undefined {
+  try {
+    return load();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') return undefined;
+    throw error;
+  }
+}

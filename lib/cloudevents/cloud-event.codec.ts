@@ -1,0 +1,200 @@
+import type { EventrailMessage } from '../eventrail-message';
+import { EventrailError } from '../errors/eventrail.error';
+import { InvalidCloudEventError } from '../errors/invalid-cloud-event.error';
+import { validateEventName } from '../log/validate-event';
+
+/**
+ * A CloudEvent 1.0 in structured JSON mode (`application/cloudevents+json`):
+ * the context attributes, extensions (lowercase letters and digits, string
+ * values here) and `data`.
+ */
+export interface EventrailCloudEvent {
+  specversion: '1.0';
+  id: string;
+  source: string;
+  type: string;
+  subject?: string;
+  time?: string;
+  datacontenttype?: string;
+  dataschema?: string;
+  data?: unknown;
+  [extension: string]: unknown;
+}
+
+/** What `fromCloudEvent` makes of a CloudEvent: the arguments of `publish`, ready for `publishMany`. */
+export interface CloudEventPublishInput {
+  event: string;
+  data: unknown;
+  /** The event's `id`: kept as the eventrail event id (so, with `dedupWindowMs`, a redelivered webhook appends once). */
+  id: string;
+  /** The event's `subject`, as the ordering key. */
+  key?: string;
+  headers?: Record<string, string>;
+}
+
+/** Headers that carry CloudEvents attributes eventrail has no field for; `toCloudEvent` turns them back into the attributes. */
+export const CLOUD_EVENT_HEADERS = {
+  source: 'ce-source',
+  time: 'ce-time',
+  datacontenttype: 'ce-datacontenttype',
+  dataschema: 'ce-dataschema',
+} as const;
+
+/** The extension that carries, as JSON, the headers whose names are not valid extension names. */
+export const HEADERS_EXTENSION = 'eventrailheaders';
+
+const CONTEXT_ATTRIBUTES = new Set([
+  'specversion',
+  'id',
+  'source',
+  'type',
+  'subject',
+  'time',
+  'datacontenttype',
+  'dataschema',
+  'data',
+  'data_base64',
+]);
+/** CloudEvents 1.0: extension names are lowercase ASCII letters and digits. */
+const EXTENSION_NAME = /^[a-z0-9]+$/;
+/** RFC 3339, as CloudEvents' `time` is. */
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+
+/**
+ * The CloudEvent (structured JSON mode) of a handled message: `id`, `type`
+ * (the event name), `source` (`options.source`, unless the event came in as
+ * a CloudEvent and kept its own), `subject` (the key), `time` (publish time,
+ * or the original `time`), `datacontenttype`, and the headers as extensions.
+ * A header whose name is not a valid extension name (lowercase letters and
+ * digits, not an attribute's) travels in the `eventrailheaders` extension,
+ * a JSON object of all such headers.
+ */
+export function toCloudEvent(message: EventrailMessage, options: { source: string }): EventrailCloudEvent {
+  if (typeof options?.source !== 'string' || options.source.length === 0) {
+    throw new InvalidCloudEventError('source', 'must be a non-empty URI-reference (pass { source } or set cloudEvents.source)');
+  }
+  const headers = { ...message.headers };
+  const kept = (name: string): string | undefined => {
+    const value = headers[name];
+    delete headers[name];
+    return value;
+  };
+  const event: EventrailCloudEvent = {
+    specversion: '1.0',
+    id: message.id,
+    source: kept(CLOUD_EVENT_HEADERS.source) ?? options.source,
+    type: message.event,
+    time: kept(CLOUD_EVENT_HEADERS.time) ?? message.publishedAt.toISOString(),
+    datacontenttype: kept(CLOUD_EVENT_HEADERS.datacontenttype) ?? 'application/json',
+  };
+  const dataschema = kept(CLOUD_EVENT_HEADERS.dataschema);
+  if (dataschema !== undefined) event.dataschema = dataschema;
+  if (message.key !== null) event.subject = message.key;
+  const other: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (EXTENSION_NAME.test(name) && !CONTEXT_ATTRIBUTES.has(name) && name !== HEADERS_EXTENSION) event[name] = value;
+    else other[name] = value;
+  }
+  if (Object.keys(other).length > 0) event[HEADERS_EXTENSION] = JSON.stringify(other);
+  event.data = message.data;
+  return event;
+}
+
+/**
+ * The `publish` arguments of a CloudEvent in structured JSON mode (an object,
+ * or its JSON text), validated: `specversion` 1.0, a non-empty `id`, `source`
+ * and `type` (a valid event name), an RFC 3339 `time`. `subject` becomes the
+ * key; `source`, `time`, `datacontenttype` and `dataschema` are kept in
+ * `ce-*` headers; extensions become headers (non-string values as text, the
+ * `eventrailheaders` extension unpacked). `data` must be JSON (or text with a
+ * non-JSON `datacontenttype`); binary `data_base64` is refused.
+ */
+export function fromCloudEvent(input: unknown): CloudEventPublishInput {
+  const event = typeof input === 'string' ? parseJson(input) : input;
+  if (typeof event !== 'object' || event === null || Array.isArray(event)) {
+    throw new InvalidCloudEventError('(event)', 'must be a JSON object in structured mode');
+  }
+  const e = event as Record<string, unknown>;
+  if (e.specversion !== '1.0') throw new InvalidCloudEventError('specversion', `must be "1.0", got ${show(e.specversion)}`);
+  const id = requiredString(e, 'id');
+  const source = requiredString(e, 'source');
+  const type = requiredString(e, 'type');
+  try {
+    validateEventName(type);
+  } catch (error) {
+    if (error instanceof EventrailError) throw new InvalidCloudEventError('type', `is not a valid event name: ${error.message}`);
+    throw error;
+  }
+  const headers: Record<string, string> = { [CLOUD_EVENT_HEADERS.source]: source };
+  const time = optionalString(e, 'time');
+  if (time !== undefined) {
+    if (!RFC3339.test(time) || Number.isNaN(Date.parse(time)))
+      throw new InvalidCloudEventError('time', `must be an RFC 3339 timestamp, got ${show(time)}`);
+    headers[CLOUD_EVENT_HEADERS.time] = time;
+  }
+  const datacontenttype = optionalString(e, 'datacontenttype');
+  if (datacontenttype !== undefined && !isJsonType(datacontenttype)) headers[CLOUD_EVENT_HEADERS.datacontenttype] = datacontenttype;
+  const dataschema = optionalString(e, 'dataschema');
+  if (dataschema !== undefined) headers[CLOUD_EVENT_HEADERS.dataschema] = dataschema;
+  const subject = optionalString(e, 'subject');
+  if (e.data_base64 !== undefined) {
+    throw new InvalidCloudEventError('data_base64', 'is binary data, which eventrail does not store: send JSON (or text) data');
+  }
+  for (const [name, value] of Object.entries(e)) {
+    if (CONTEXT_ATTRIBUTES.has(name) || value === undefined || value === null) continue;
+    if (!EXTENSION_NAME.test(name))
+      throw new InvalidCloudEventError(name, 'is not a valid extension name (lowercase letters and digits only)');
+    if (name === HEADERS_EXTENSION) Object.assign(headers, unpackHeaders(value));
+    else if (typeof value === 'object') throw new InvalidCloudEventError(name, 'must be a string, number or boolean (an extension value)');
+    else headers[name] = String(value);
+  }
+  const data = e.data === undefined ? null : e.data;
+  return { event: type, data, id, ...(subject === undefined ? {} : { key: subject }), headers };
+}
+
+/** JSON media types (`application/json`, `text/json`, `application/*+json`), whose data is the JSON value itself. */
+function isJsonType(type: string): boolean {
+  const media = type.split(';')[0].trim().toLowerCase();
+  return media === 'application/json' || media === 'text/json' || media.endsWith('+json');
+}
+
+function unpackHeaders(value: unknown): Record<string, string> {
+  const parsed = typeof value === 'string' ? parseJson(value, HEADERS_EXTENSION) : undefined;
+  if (
+    typeof parsed !== 'object' ||
+    parsed === null ||
+    Array.isArray(parsed) ||
+    !Object.values(parsed).every((v) => typeof v === 'string')
+  ) {
+    throw new InvalidCloudEventError(HEADERS_EXTENSION, 'must be the JSON text of an object of string values');
+  }
+  return parsed as Record<string, string>;
+}
+
+function requiredString(e: Record<string, unknown>, name: string): string {
+  const value = e[name];
+  if (typeof value !== 'string' || value.length === 0)
+    throw new InvalidCloudEventError(name, `must be a non-empty string, got ${show(value)}`);
+  return value;
+}
+
+function optionalString(e: Record<string, unknown>, name: string): string | undefined {
+  const value = e[name];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') throw new InvalidCloudEventError(name, `must be a string, got ${show(value)}`);
+  return value;
+}
+
+function parseJson(text: string, attribute = '(event)'): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new InvalidCloudEventError(attribute, 'is not valid JSON');
+  }
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  const text = typeof value === 'string' ? JSON.stringify(value) : typeof value;
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}

@@ -1,0 +1,139 @@
+import { Logger } from '@nestjs/common';
+import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
+import { EventrailConsumers } from '../consumer/eventrail-consumers';
+import type { HandlerBinding } from '../consumer/group-plan';
+import type { EventrailMessage } from '../eventrail-message';
+import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { EventrailError } from '../errors/eventrail.error';
+import { HandlerReplyError } from '../errors/handler-reply.error';
+import { InvalidPatternError } from '../errors/invalid-pattern.error';
+import { RequestResponseNotSupportedError } from '../errors/request-response-not-supported.error';
+import { validateEventName } from '../log/validate-event';
+import { EventrailRedis } from '../redis/eventrail-redis';
+import { isError } from '../util/describe-error';
+import { EventrailContext } from './eventrail-context';
+import { resolveServerOptions, type EventrailServerOptions } from './transport.options';
+
+/**
+ * The transport id of `EventrailServer`. Give it to `@EventPattern(pattern, EVENTRAIL_TRANSPORT)` in an app
+ * with several microservices to bind a handler to this transport only (handlers without one bind to all).
+ */
+export const EVENTRAIL_TRANSPORT = Symbol.for('nestjs-eventrail');
+
+type ServerStatus = 'connecting' | 'connected' | 'disconnected';
+
+/**
+ * A @nestjs/microservices transport whose `@EventPattern` handlers run as one
+ * eventrail consumer group (`group`), with everything an `@OnEvent` group has:
+ * committed offsets, fenced leases shared with the group's other processes,
+ * per-key order, retries in place with backoff, dead letters.
+ *
+ * Each pattern becomes one handler of the group for the event of that name.
+ * Nest's proxy (pipes, guards, interceptors, exception filters) is what is
+ * called, and the attempt is done when the handler's result (a value, a
+ * promise or an observable) completes; a throw, a rejection or an errored
+ * stream is a failed attempt and takes eventrail's retry path.
+ */
+export class EventrailServer extends Server<Record<string, never>, ServerStatus> implements CustomTransportStrategy {
+  override readonly transportId = EVENTRAIL_TRANSPORT;
+  /** The attempt awaits the handler's stream and reports failures itself (retries, dead letters). */
+  override readonly propagatesEventHandlerErrors = true;
+  protected override readonly logger = new Logger(EventrailServer.name);
+  private readonly group: string;
+  private readonly options: ResolvedEventrailOptions;
+  private redis?: EventrailRedis;
+  private consumers?: EventrailConsumers;
+
+  constructor(options: EventrailServerOptions) {
+    super();
+    ({ group: this.group, resolved: this.options } = resolveServerOptions(options));
+  }
+
+  /** Joins the group with the registered `@EventPattern` handlers and starts consuming; `callback` gets the error if that fails. */
+  async listen(callback: (error?: unknown) => void): Promise<void> {
+    try {
+      await this.start();
+    } catch (error) {
+      callback(error);
+      return;
+    }
+    callback();
+  }
+
+  /** Stops consuming as a Nest shutdown does: running handlers finish, offsets are committed, leases released. */
+  async close(): Promise<void> {
+    await this.consumers?.stop();
+    await this.redis?.onApplicationShutdown();
+    this.consumers = undefined;
+    this.redis = undefined;
+    this._status$.next('disconnected');
+  }
+
+  /** The consumers of this server (worker id, ownership, stats, `whenRunning()`), once listening. */
+  unwrap<T = EventrailConsumers>(): T {
+    if (!this.consumers) throw new Error('EventrailServer is not listening yet: call it after app.listen() / startAllMicroservices()');
+    return this.consumers as T;
+  }
+
+  /** The transport emits no events of its own; status changes are on `status`. */
+  on(): never {
+    throw new Error('EventrailServer has no events to listen to; subscribe to server.status instead');
+  }
+
+  private async start(): Promise<void> {
+    const handlers = this.plan();
+    this._status$.next('connecting');
+    const redis = new EventrailRedis(this.options);
+    // Fails within startupTimeoutMs with RedisUnavailableError (and disconnects) when Redis does not answer.
+    await redis.onModuleInit();
+    const consumers = new EventrailConsumers(redis, this.options);
+    if (handlers.size > 0) consumers.register({ group: this.group, handlers, options: this.options.consumer });
+    this.redis = redis;
+    this.consumers = consumers;
+    await consumers.start();
+    this._status$.next('connected');
+  }
+
+  /** One eventrail handler per `@EventPattern`; Nest already chains several methods of one pattern into one handler. */
+  private plan(): Map<string, HandlerBinding[]> {
+    const handlers = new Map<string, HandlerBinding[]>();
+    for (const [pattern, handler] of this.getHandlers()) {
+      if (!handler.isEventHandler) throw new RequestResponseNotSupportedError(pattern, '@MessagePattern');
+      try {
+        validateEventName(pattern);
+      } catch (error) {
+        if (error instanceof EventrailError) throw new InvalidPatternError(pattern, error.message);
+        throw error;
+      }
+      handlers.set(pattern, [{ name: `@EventPattern('${pattern}')`, call: (message) => this.attempt(pattern, handler, message) }]);
+    }
+    return handlers;
+  }
+
+  /**
+   * One attempt: Nest's handler between the processing hooks (which tracing
+   * instrumentation sets), awaited to the end of its stream, as Nest's Kafka
+   * transport does.
+   */
+  private attempt(pattern: string, handler: MessageHandler, message: EventrailMessage): Promise<void> {
+    const context = new EventrailContext([message]);
+    return new Promise<void>((resolve, reject) => {
+      const run = async (): Promise<void> => {
+        try {
+          const stream = this.transformToObservable(await handler(message.data, context));
+          await lastValueFrom(stream, { defaultValue: undefined });
+          resolve();
+        } catch (error) {
+          reject(isError(error) ? error : new HandlerReplyError(pattern, error));
+        } finally {
+          this.onProcessingEndHook?.(this.transportId, context);
+        }
+      };
+      // Older Nest versions have no processing hooks: then the attempt simply runs.
+      const startHook = this.onProcessingStartHook as typeof this.onProcessingStartHook | undefined;
+      if (startHook) startHook.call(this, this.transportId, context, run);
+      else void run();
+    });
+  }
+}
