@@ -1,14 +1,23 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import { ClusterConnection, isClusterConnection, ResolvedEventrailOptions } from '../eventrail.options';
+import {
+  ClusterConnection,
+  isClusterConnection,
+  isSentinelConnection,
+  ResolvedEventrailOptions,
+  SentinelConnection,
+} from '../eventrail.options';
 import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
+import { RedisTlsError } from '../errors/redis-tls.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
 import { EventrailClient, registerScripts } from '../scripts/scripts';
 import { describeError } from '../util/describe-error';
 import { withTimeout } from '../util/timeout';
+import { permanentConnectionFailure } from './connection-failure';
+import { normalizeRedisUrl } from './redis-url';
 
 /**
  * Owns the connection to Redis: creates it from the options (or adopts the
@@ -54,8 +63,9 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     try {
       await this.waitUntilReady(this.options.startupTimeoutMs);
     } catch (error) {
-      // A degraded start is for a Redis that does not answer yet, not for one whose settings were refused.
-      if (!this.options.allowDegradedStart || error instanceof EvictionPolicyError) {
+      // A degraded start is for a Redis that does not answer yet, not for one whose settings were refused
+      // or whose certificate no retry will make trusted.
+      if (!this.options.allowDegradedStart || error instanceof EvictionPolicyError || error instanceof RedisTlsError) {
         // Nest runs no shutdown hooks after a failed init: stop reconnecting here.
         if (this.owned) this.client.disconnect();
         throw error;
@@ -100,15 +110,22 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   private async waitUntilReady(timeoutMs: number): Promise<void> {
-    await withTimeout(this.whenPrepared(), timeoutMs, () => {
-      throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`);
-    });
+    let lastError: Error | undefined;
+    const keep = (error: Error): void => void (lastError = error);
+    this.client.on('error', keep);
+    try {
+      await withTimeout(this.whenPrepared(), timeoutMs, () => {
+        throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`, lastError);
+      });
+    } finally {
+      this.client.off('error', keep);
+    }
   }
 
   private async prepare(): Promise<void> {
     if (this.client.status !== 'ready') {
       if (this.client.status === 'wait') void this.client.connect().catch(() => undefined);
-      await new Promise<void>((resolve) => this.client.once('ready', () => resolve()));
+      await this.untilConnected();
     }
     const now = String(Date.now());
     const replies = await this.client
@@ -123,6 +140,40 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     }
     await this.checkDurability();
     await this.checkEviction();
+  }
+
+  /**
+   * Resolves on 'ready'; rejects at the first connection error that no retry
+   * cures (a TLS certificate the client does not trust), so a wrong CA fails
+   * startup in milliseconds instead of after `startupTimeoutMs`.
+   */
+  private untilConnected(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onReady = (): void => {
+        this.client.off('error', onError);
+        resolve();
+      };
+      const onError = (error: Error): void => {
+        const permanent = permanentConnectionFailure(error, this.describeTarget());
+        if (permanent === undefined) return;
+        this.client.off('ready', onReady);
+        this.client.off('error', onError);
+        reject(permanent);
+      };
+      this.client.once('ready', onReady);
+      this.client.on('error', onError);
+    });
+  }
+
+  /** Where the client dials, for messages (no credentials): `host:port`, the cluster's seeds or the sentinels. */
+  private describeTarget(): string {
+    if (this.isCluster) {
+      const seeds = (this.client as unknown as { startupNodes?: Array<{ host?: string; port?: number } | string> }).startupNodes ?? [];
+      return seeds.map((seed) => (typeof seed === 'string' ? seed : `${seed.host ?? 'localhost'}:${seed.port ?? 6379}`)).join(',');
+    }
+    const { host, port, sentinels, name } = (this.client as unknown as Redis).options;
+    if (Array.isArray(sentinels)) return `Sentinel primary "${name}" (via ${sentinels.map((s) => `${s.host}:${s.port}`).join(',')})`;
+    return `${host ?? 'localhost'}:${port ?? 6379}`;
   }
 
   /**
@@ -190,13 +241,31 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 }
 
-function createClient(redis: string | RedisOptions | ClusterConnection, base: RedisOptions): Redis | Cluster {
-  if (typeof redis === 'string') return new Redis(redis, base);
+function createClient(redis: string | RedisOptions | ClusterConnection | SentinelConnection, base: RedisOptions): Redis | Cluster {
+  if (typeof redis === 'string') return new Redis(normalizeRedisUrl(redis), base);
   if (isClusterConnection(redis)) {
     const { nodes, options = {} } = redis.cluster;
     return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions } });
   }
-  return new Redis({ ...base, ...redis });
+  const options = isSentinelConnection(redis) ? redis.sentinel : redis;
+  if (!Array.isArray(options.sentinels)) return new Redis({ ...base, ...options });
+  return new Redis({ ...base, ...sentinelDefaults(options), ...options });
+}
+
+/**
+ * What a client behind Sentinel needs to follow a failover without a restart:
+ * ask the sentinels again when the node it writes to has become a replica
+ * (`READONLY`: reconnect and resend), and listen for the sentinels'
+ * `+switch-master`, so even an idle or subscribed connection moves at once.
+ * A `tls` option is meant for the primary too, which ioredis only applies with
+ * `enableTLSForSentinelMode`. The user's own options win over all three.
+ */
+function sentinelDefaults(options: RedisOptions): RedisOptions {
+  return {
+    failoverDetector: true,
+    reconnectOnError: (error: Error) => (error.message.startsWith('READONLY') ? 2 : false),
+    ...(options.tls !== undefined ? { enableTLSForSentinelMode: true } : {}),
+  };
 }
 
 function nodeName(node: Redis): string {
