@@ -75,3 +75,6 @@ export { EventrailDashboardLink } from './dashboard/eventrail-dashboard-link';
 export type { EventrailDashboardAsyncOptions, EventrailDashboardOptions } from './dashboard/dashboard.options';
 export { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
 export { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';
+// Sentinel, TLS and managed Redis (issue 17)
+export type { SentinelConnection } from './eventrail.options';
+export { RedisTlsError } from './errors/redis-tls.error';

@@ -1,7 +1,7 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { EventrailMessage, EventrailPublisher, OnEvent, RedisUnavailableError } from '../../lib';
-import { RedisTlsError } from '../../lib/errors/redis-tls.error';
+import { EventrailMessage, EventrailPublisher, OnEvent, RedisTlsError, RedisUnavailableError } from '../../lib';
+
 import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { freePort, RedisServer, startRedisServer } from '../support/redis-server';
