@@ -78,3 +78,6 @@ export { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.err
 // Sentinel, TLS and managed Redis (issue 17)
 export type { SentinelConnection } from './eventrail.options';
 export { RedisTlsError } from './errors/redis-tls.error';
+export { RedisPermissionError } from './errors/redis-permission.error';
+export { eventrailAclRules } from './redis/acl-rules';
+export type { EventrailAclRules } from './redis/acl-rules';

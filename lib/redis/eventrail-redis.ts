@@ -132,14 +132,17 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       if (this.client.status === 'wait') void this.client.connect().catch(() => undefined);
       await this.untilConnected();
     }
-    const now = String(Date.now());
-    const replies = await this.client
-      .multi()
-      .hsetnx(this.keys.meta, 'partitions', String(this.options.partitions))
-      .hsetnx(this.keys.meta, 'createdAt', now)
-      .hget(this.keys.meta, 'partitions')
-      .exec();
-    const recorded = Number(replies?.[2]?.[1]);
+    // Read first: an existing log needs no write, so a read-only user (dashboard, CLI) can attach to it.
+    let recorded = Number(await this.client.hget(this.keys.meta, 'partitions'));
+    if (!recorded) {
+      const replies = await this.client
+        .multi()
+        .hsetnx(this.keys.meta, 'partitions', String(this.options.partitions))
+        .hsetnx(this.keys.meta, 'createdAt', String(Date.now()))
+        .hget(this.keys.meta, 'partitions')
+        .exec();
+      recorded = Number(replies?.[2]?.[1]);
+    }
     if (recorded !== this.options.partitions) {
       throw new PartitionMismatchError(this.options.prefix, this.options.partitions, recorded);
     }

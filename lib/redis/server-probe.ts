@@ -70,5 +70,6 @@ export class ServerProbe {
 
 /** An ACL denial or a command the server does not have (renamed, disabled by the provider). */
 export function isRefusal(message: string): boolean {
-  return /^(NOPERM|ERR unknown (sub)?command|ERR unknown command)/i.test(message);
+  // A denial inside MULTI arrives as `EXECABORT Transaction discarded because of: NOPERM ...`.
+  return /^(?:EXECABORT .*: )?(?:NOPERM|ERR unknown (?:sub)?command)/i.test(message);
 }
