@@ -67,6 +67,7 @@ describe('Sentinel failover', () => {
 
     const resolved: Array<{ id: string; sentAt: number }> = [];
     let rejected = 0;
+    const reasons = new Map<string, number>();
     let producing = true;
     const produce = (async () => {
       for (let n = 0; producing; n++) {
@@ -74,8 +75,10 @@ describe('Sentinel failover', () => {
         try {
           const result = await publisher.publish('tick', { n }, { key: `key-${n % 20}` });
           resolved.push({ id: result.id, sentAt });
-        } catch {
+        } catch (error) {
           rejected++;
+          const reason = `${(error as Error).name}: ${(error as Error).message.slice(0, 90)}`;
+          reasons.set(reason, (reasons.get(reason) ?? 0) + 1);
           await new Promise((resolve) => setTimeout(resolve, 20)); // the producer backs off while the primary fails over
         }
       }
@@ -115,8 +118,10 @@ describe('Sentinel failover', () => {
       );
       console.log(
         `sentinel ${label}: ${from} -> ${promoted}; new primary named ${promotedAt - startedAt} ms after, ` +
-          `first publish on it handled ${(firstHandledAt.get(first.id) as number) - startedAt} ms after; ${rejected} publishes rejected so far`,
+          `first publish on it handled ${(firstHandledAt.get(first.id) as number) - startedAt} ms after; ${rejected} publishes rejected so far: ` +
+          [...reasons].map(([reason, count]) => `${count} x ${reason}`).join('; '),
       );
+      reasons.clear();
       return promoted;
     };
 
