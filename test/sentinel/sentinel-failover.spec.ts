@@ -126,7 +126,7 @@ describe('Sentinel failover', () => {
     };
 
     // 1. SIGKILL of the primary's process.
-    const victim = setup.nodes.find((n) => `127.0.0.1:${n.port}` === original);
+    const victim = setup.nodes.find((n) => setup.addressOf(n) === original);
     expect(victim).toBeDefined();
     const killedAt = Date.now();
     process.kill(victim!.pid, 'SIGKILL');

@@ -6,6 +6,7 @@ import Redis from 'ioredis';
 import { killQuietly } from './child-processes';
 import { waitFor } from './helpers';
 import { freePort, RedisServer, startRedisServer, waitUntilAnswers } from './redis-server';
+import { TlsFiles, tlsServerArgs } from './tls-certs';
 
 export const SENTINEL_MASTER_NAME = 'mymaster';
 
@@ -13,8 +14,10 @@ export interface SentinelSetup {
   /** The sentinels' addresses, for `redis: { sentinel: { sentinels, name } }`. */
   sentinels: Array<{ host: string; port: number }>;
   name: string;
-  /** Every data node started (primary first), by port; a killed one stays in the list. */
+  /** Every data node started (primary first); a killed one stays in the list. */
   nodes: RedisServer[];
+  /** `host:port` the sentinels and clients know a node by: its TLS port in a TLS setup, else its port. */
+  addressOf(node: RedisServer): string;
   /** `failover-timeout` the sentinels run with, in ms. */
   failoverTimeoutMs: number;
   /** `host:port` of the primary as a majority of the sentinels name it now. */
@@ -30,8 +33,12 @@ export interface SentinelSetup {
  * in a second. Each sentinel writes its state into a config file of its own
  * in a temp dir, as Sentinel requires. Resolves once every sentinel knows the
  * replicas and the other sentinels (a failover needs a majority of them).
+ * With `tls`, the data nodes replicate and are monitored over a TLS port
+ * (`tls-replication yes`, also in the sentinels' configs), and clients reach
+ * them there; the sentinels themselves answer on plain ports. Each data node
+ * keeps a plain port for the test's own readiness checks.
  */
-export async function startSentinelSetup(replicas = 2, failoverTimeoutMs = 3_000): Promise<SentinelSetup> {
+export async function startSentinelSetup(replicas = 2, failoverTimeoutMs = 3_000, tls?: TlsFiles): Promise<SentinelSetup> {
   const dir = mkdtempSync(join(tmpdir(), 'eventrail-sentinel-'));
   const nodes: RedisServer[] = [];
   const sentinelProcesses: ChildProcess[] = [];
@@ -42,12 +49,19 @@ export async function startSentinelSetup(replicas = 2, failoverTimeoutMs = 3_000
     await Promise.all([...sentinelExits, ...nodes.map((n) => n.stop())]);
     rmSync(dir, { recursive: true, force: true });
   };
+  const dataPorts = new Map<RedisServer, number>();
+  const startNode = async (extra: string[]): Promise<RedisServer> => {
+    const tlsPort = tls ? await freePort() : undefined;
+    const tlsArgs = tls && tlsPort ? [...tlsServerArgs(tls, tlsPort, false), '--tls-replication', 'yes'] : [];
+    const node = await startRedisServer(undefined, [...replicationArgs, ...tlsArgs, ...extra]);
+    dataPorts.set(node, tlsPort ?? node.port);
+    nodes.push(node);
+    return node;
+  };
   try {
-    const primary = await startRedisServer(undefined, replicationArgs);
-    nodes.push(primary);
-    for (let i = 0; i < replicas; i++) {
-      nodes.push(await startRedisServer(undefined, [...replicationArgs, '--replicaof', '127.0.0.1', String(primary.port)]));
-    }
+    const primary = await startNode([]);
+    const primaryPort = dataPorts.get(primary) as number;
+    for (let i = 0; i < replicas; i++) await startNode(['--replicaof', '127.0.0.1', String(primaryPort)]);
     const ports = [await freePort(), await freePort(), await freePort()];
     for (const port of ports) {
       const config = join(dir, `sentinel-${port}.conf`);
@@ -58,10 +72,13 @@ export async function startSentinelSetup(replicas = 2, failoverTimeoutMs = 3_000
           'bind 127.0.0.1',
           'protected-mode no',
           `dir ${tmpdir()}`,
-          `sentinel monitor ${SENTINEL_MASTER_NAME} 127.0.0.1 ${primary.port} 2`,
+          `sentinel monitor ${SENTINEL_MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
           `sentinel down-after-milliseconds ${SENTINEL_MASTER_NAME} 1000`,
           `sentinel failover-timeout ${SENTINEL_MASTER_NAME} ${failoverTimeoutMs}`,
           `sentinel parallel-syncs ${SENTINEL_MASTER_NAME} ${replicas}`,
+          ...(tls
+            ? [`tls-cert-file ${tls.serverCert}`, `tls-key-file ${tls.serverKey}`, `tls-ca-cert-file ${tls.caCert}`, 'tls-replication yes']
+            : []),
           '',
         ].join('\n'),
       );
@@ -94,6 +111,7 @@ export async function startSentinelSetup(replicas = 2, failoverTimeoutMs = 3_000
       sentinels: ports.map((port) => ({ host: '127.0.0.1', port })),
       name: SENTINEL_MASTER_NAME,
       nodes,
+      addressOf: (node) => `127.0.0.1:${dataPorts.get(node) ?? node.port}`,
       failoverTimeoutMs,
       async primary() {
         const answers = await Promise.all(
