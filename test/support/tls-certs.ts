@@ -23,7 +23,8 @@ export interface TlsFiles {
 
 /**
  * A certificate authority made with `openssl` for one test file: a server
- * certificate for 127.0.0.1 and localhost, a client certificate, both signed
+ * certificate for 127.0.0.1 and localhost (also good as a client certificate:
+ * cluster-bus peers always present theirs), a client certificate, both signed
  * by it, and an unrelated second CA. Keys are EC P-256 (fast to make).
  */
 export async function makeTlsFiles(): Promise<TlsFiles> {
@@ -60,7 +61,7 @@ export async function makeTlsFiles(): Promise<TlsFiles> {
   try {
     await selfSigned('ca', '/CN=eventrail test CA');
     await selfSigned('other-ca', '/CN=eventrail unrelated CA');
-    await signed('server', '/CN=localhost', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
+    await signed('server', '/CN=localhost', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n');
     await signed('client', '/CN=eventrail-client', 'extendedKeyUsage=clientAuth\n');
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
