@@ -7,7 +7,7 @@ import { CliUsageError } from './errors/cli-usage.error';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
 import { redactUrl, redactUrlsIn } from '../util/redact-url';
-import { permanentConnectionFailure } from '../redis/connection-failure';
+import { firstSeedError, permanentConnectionFailure } from '../redis/connection-failure';
 import { normalizeRedisUrl } from '../redis/redis-url';
 
 /** Where the CLI connects. */
@@ -62,7 +62,7 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
     // connect() rejects with "Connection is closed." (a cluster: "None of startup nodes is available");
     // the 'error' event before it says why (ECONNREFUSED, WRONGPASS, cluster support disabled...).
     let cause = rootCause(lastError) ?? error;
-    if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds, timeoutMs)) ?? cause;
+    if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds.nodes, seeds.redisOptions, timeoutMs)) ?? cause;
     throw permanentConnectionFailure(cause, where) ?? new RedisUnavailableError(`cannot connect to ${where}`, cause);
   }
 }
@@ -139,29 +139,4 @@ function rootCause(error: Error | undefined): Error | undefined {
 
 function isConnectionClosed(error: unknown): boolean {
   return error instanceof Error && error.message === 'Connection is closed.';
-}
-
-/**
- * The cluster client asks each seed on a connection whose errors it drops, so
- * an unreachable seed only says "Connection is closed.". One plain connection
- * per seed learns why (ECONNREFUSED, ENOTFOUND, a TLS failure); the first
- * seed's reason is reported.
- */
-async function firstSeedError({ nodes, redisOptions }: ClusterSeeds, timeoutMs: number): Promise<Error | undefined> {
-  const errors = await Promise.all(
-    nodes.map(async ({ host, port }) => {
-      const probe = new Redis({ ...redisOptions, host, port, lazyConnect: true, connectTimeout: timeoutMs, retryStrategy: () => null });
-      let failure: Error | undefined;
-      probe.on('error', (error: Error) => (failure ??= error));
-      try {
-        await probe.connect();
-        return undefined;
-      } catch (error) {
-        return failure ?? (error as Error);
-      } finally {
-        probe.disconnect();
-      }
-    }),
-  );
-  return errors.find((error) => error !== undefined);
 }

@@ -1,3 +1,4 @@
+import Redis, { type RedisOptions } from 'ioredis';
 import { RedisTlsError } from '../errors/redis-tls.error';
 
 /** What OpenSSL reports when it cannot verify a peer certificate (Node's `error.code`). */
@@ -39,4 +40,34 @@ export function permanentConnectionFailure(error: unknown, node: string): RedisT
   if (typeof code !== 'string' || typeof message !== 'string') return undefined;
   if (CERTIFICATE_CODES.has(code) || code.startsWith('ERR_SSL_')) return new RedisTlsError(node, code, error as Error);
   return undefined;
+}
+
+/**
+ * The cluster client asks each seed on a connection whose errors it drops, so
+ * an unreachable seed only says "Connection is closed." (and the cluster
+ * "Failed to refresh slots cache."). One plain connection per seed, with the
+ * cluster's node options, learns why (ECONNREFUSED, ENOTFOUND, a TLS
+ * failure); the first seed's reason is reported.
+ */
+export async function firstSeedError(
+  nodes: ReadonlyArray<{ host: string; port: number }>,
+  redisOptions: RedisOptions,
+  timeoutMs: number,
+): Promise<Error | undefined> {
+  const errors = await Promise.all(
+    nodes.map(async ({ host, port }) => {
+      const probe = new Redis({ ...redisOptions, host, port, lazyConnect: true, connectTimeout: timeoutMs, retryStrategy: () => null });
+      let failure: Error | undefined;
+      probe.on('error', (error: Error) => (failure ??= error));
+      try {
+        await probe.connect();
+        return undefined;
+      } catch (error) {
+        return failure ?? (error as Error);
+      } finally {
+        probe.disconnect();
+      }
+    }),
+  );
+  return errors.find((error) => error !== undefined);
 }

@@ -16,7 +16,7 @@ import { EventrailKeys } from '../log/keys';
 import { EventrailClient, registerScripts } from '../scripts/scripts';
 import { describeError } from '../util/describe-error';
 import { withTimeout } from '../util/timeout';
-import { permanentConnectionFailure } from './connection-failure';
+import { firstSeedError, permanentConnectionFailure } from './connection-failure';
 import { type ProbeAnswer, ServerProbe } from './server-probe';
 import { normalizeRedisUrl } from './redis-url';
 
@@ -160,16 +160,35 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
         this.client.off('error', onError);
         resolve();
       };
+      let probed = false;
       const onError = (error: Error): void => {
         const permanent = permanentConnectionFailure(error, this.describeTarget());
-        if (permanent === undefined) return;
-        this.client.off('ready', onReady);
-        this.client.off('error', onError);
-        reject(permanent);
+        if (permanent !== undefined) {
+          this.client.off('ready', onReady);
+          this.client.off('error', onError);
+          reject(permanent);
+        } else if (this.isCluster && !probed) {
+          // A cluster drops its nodes' own errors ("Failed to refresh slots cache."): ask the seeds once, plainly, why.
+          probed = true;
+          void this.seedFailure().then((failure) => failure && onError(failure));
+        }
       };
       this.client.once('ready', onReady);
       this.client.on('error', onError);
     });
+  }
+
+  /** Why the cluster's seeds refuse a plain connection with the cluster's node options, if they do. */
+  private async seedFailure(): Promise<Error | undefined> {
+    const cluster = this.client as unknown as { startupNodes?: unknown[]; options: { redisOptions?: RedisOptions } };
+    const seeds = (cluster.startupNodes ?? []).filter(
+      (seed): seed is { host: string; port: number } => typeof (seed as { port?: unknown }).port === 'number',
+    );
+    return firstSeedError(
+      seeds.map(({ host, port }) => ({ host: host ?? 'localhost', port })),
+      cluster.options.redisOptions ?? {},
+      2_000,
+    );
   }
 
   /** Where the client dials, for messages (no credentials): `host:port`, the cluster's seeds or the sentinels. */
