@@ -301,18 +301,23 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
 
   /** Warns when Redis would lose acknowledged events on a crash: `CONFIG GET appendonly`, else `INFO persistence`. */
   private async checkDurability(unchecked: string[]): Promise<void> {
-    if (this.isCluster) return; // one setting per node; the cluster's nodes are checked by their operator
-    const node = this.client as unknown as Redis;
-    const fromConfig = await this.probe.configGet(node, 'appendonly');
-    let appendonly = fromConfig.ok ? fromConfig.value : null;
-    if (appendonly === null) {
-      const fromInfo = await this.probe.infoField(node, 'persistence', 'aof_enabled');
-      if (fromInfo.ok && fromInfo.value !== null) appendonly = fromInfo.value === '1' ? 'yes' : 'no';
-      else if (!fromConfig.ok && !fromInfo.ok) unchecked.push(`persistence (${fromConfig.refused}; ${fromInfo.refused})`);
+    const nodes = this.isCluster ? (this.client as unknown as Cluster).nodes('master') : [this.client as unknown as Redis];
+    const without: string[] = [];
+    for (const node of nodes) {
+      const fromConfig = await this.probe.configGet(node, 'appendonly');
+      let appendonly = fromConfig.ok ? fromConfig.value : null;
+      if (appendonly === null) {
+        const fromInfo = await this.probe.infoField(node, 'persistence', 'aof_enabled');
+        if (fromInfo.ok && fromInfo.value !== null) appendonly = fromInfo.value === '1' ? 'yes' : 'no';
+        else if (!fromConfig.ok && !fromInfo.ok)
+          unchecked.push(`persistence of ${nodeName(node)} (${fromConfig.refused}; ${fromInfo.refused})`);
+      }
+      if (appendonly === 'no') without.push(nodeName(node));
     }
-    if (appendonly === 'no') {
+    if (without.length > 0) {
+      const where = this.isCluster ? `Redis ${without.join(', ')} run` : 'Redis runs';
       this.logger.warn(
-        'Redis runs without AOF (appendonly no): a Redis crash loses events appended since the last snapshot, ' +
+        `${where} without AOF (appendonly no): a Redis crash loses events appended since the last snapshot, ` +
           'even after publish resolved. Fix: redis-cli CONFIG SET appendonly yes (and appendonly yes in redis.conf).',
       );
     }

@@ -84,7 +84,9 @@ describe('refused server commands', () => {
 
     const unchecked = warnings().filter((w) => w.includes('not checked'));
     expect(unchecked).toHaveLength(1);
-    expect(unchecked[0]).toMatch(/persistence \(.*NOPERM.*\).*eviction policy of 127\.0\.0\.1:\d+ \(.*NOPERM.*\).*WAIT \(NOPERM/);
+    expect(unchecked[0]).toMatch(
+      /persistence of 127\.0\.0\.1:\d+ \(.*NOPERM.*\).*eviction policy of 127\.0\.0\.1:\d+ \(.*NOPERM.*\).*WAIT \(NOPERM/,
+    );
 
     const admin = app.get(EventrailAdmin);
     const health = app.get(EventrailHealthIndicator);
