@@ -7,6 +7,7 @@ import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionO
 import { checkBoolean, checkInteger, checkObject, checkOneOf, rejectUnknownKeys } from './option-checks';
 import { resolveTracingOptions, type ResolvedTracingOptions, type TracingOptions } from './tracing/tracing.options';
 import { redactUrl } from './util/redact-url';
+import { hasRedisScheme, normalizeRedisUrl } from './redis/redis-url';
 
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
@@ -102,7 +103,17 @@ export interface ClusterConnection {
   cluster: { nodes: ClusterNode[]; options?: ClusterOptions };
 }
 
-export type RedisConnection = string | RedisOptions | Redis | Cluster | ClusterConnection;
+/**
+ * Redis behind Sentinel: the sentinels to ask, the `name` of the primary they
+ * watch, and any other ioredis option for the data connections (`password`,
+ * `tls`, `sentinelPassword`, `sentinelTLS`, `natMap`, `role`, ...). A `tls`
+ * here also turns on TLS to the primary (ioredis's `enableTLSForSentinelMode`).
+ */
+export interface SentinelConnection {
+  sentinel: RedisOptions & { sentinels: Array<{ host: string; port: number }>; name: string };
+}
+
+export type RedisConnection = string | RedisOptions | Redis | Cluster | ClusterConnection | SentinelConnection;
 
 /**
  * `acknowledged`: `publish` resolves once the primary appended the event.
@@ -113,8 +124,10 @@ export type Durability = 'acknowledged' | 'replicated';
 
 export interface EventrailModuleOptions {
   /**
-   * A URL, ioredis options, `{ cluster: { nodes, options? } }` for Redis Cluster, or an ioredis client
-   * (`Redis` or `Cluster`) the application owns (eventrail never closes it).
+   * A URL (`redis://`, `rediss://` for TLS, or Valkey's `valkey://` and `valkeys://`), ioredis options,
+   * `{ cluster: { nodes, options? } }` for Redis Cluster, `{ sentinel: { sentinels, name, ... } }` for
+   * Redis behind Sentinel, or an ioredis client (`Redis` or `Cluster`) the application owns (eventrail
+   * never closes it).
    * @default process.env.EVENTRAIL_REDIS_URL ?? 'redis://localhost:6379'
    */
   redis?: RedisConnection;
@@ -300,6 +313,30 @@ const REPLICATION_OPTION_NAMES = Object.keys({ replicas: true, timeoutMs: true }
   true
 >);
 const CLUSTER_OPTION_NAMES = Object.keys({ nodes: true, options: true } satisfies Record<keyof ClusterConnection['cluster'], true>);
+/**
+ * Every ioredis 6 connection option, for `redis.sentinel`, where a misspelt option (`sentinelPasword`)
+ * would otherwise be ignored. Typed as a record of `RedisOptions`' keys, so an ioredis upgrade that adds
+ * one fails the build until it is listed.
+ */
+const REDIS_OPTION_NAMES = Object.keys({
+  ...{ host: true, port: true, path: true, family: true, tls: true, username: true, password: true, db: true },
+  ...{ name: true, role: true, sentinels: true, sentinelUsername: true, sentinelPassword: true, sentinelTLS: true },
+  ...{ enableTLSForSentinelMode: true, natMap: true, updateSentinels: true, sentinelMaxConnections: true, failoverDetector: true },
+  ...{ sentinelRetryStrategy: true, sentinelReconnectStrategy: true, preferredSlaves: true, sentinelCommandTimeout: true },
+  ...{ connectTimeout: true, disconnectTimeout: true, commandTimeout: true, socketTimeout: true, keepAlive: true, noDelay: true },
+  ...{ blockingTimeout: true, blockingTimeoutGrace: true, retryStrategy: true, reconnectOnError: true, maxRetriesPerRequest: true },
+  ...{ connectionName: true, disableClientInfo: true, clientInfoTag: true, readOnly: true, stringNumbers: true, protocol: true },
+  ...{ replyMapping: true, monitor: true, maxLoadingRetryTime: true, enableAutoPipelining: true, autoPipeliningIgnoredCommands: true },
+  ...{ offlineQueue: true, commandQueue: true, enableOfflineQueue: true, enableReadyCheck: true, lazyConnect: true, scripts: true },
+  ...{
+    autoResubscribe: true,
+    autoResendUnfulfilledCommands: true,
+    keyPrefix: true,
+    Connector: true,
+    himportFieldsets: true,
+    showFriendlyErrorStack: true,
+  },
+} satisfies Record<keyof RedisOptions, true>);
 const CONSUMER_OPTION_NAMES = Object.keys(DEFAULT_CONSUMER_OPTIONS) as ReadonlyArray<keyof ConsumerOptions>;
 const DURABILITIES: readonly Durability[] = ['acknowledged', 'replicated'];
 const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
@@ -360,10 +397,19 @@ export function resolveModuleOptions(options: EventrailModuleOptions = {}, env: 
 function checkRedisConnection(redis: unknown): RedisConnection {
   if (typeof redis === 'string') {
     // The URL goes into an error, and errors go into logs.
-    if (!/^rediss?:\/\//.test(redis)) throw new InvalidOptionError('redis', redactUrl(redis), 'a URL starting with redis:// or rediss://');
+    if (!hasRedisScheme(redis))
+      throw new InvalidOptionError('redis', redactUrl(redis), 'a URL starting with redis://, rediss://, valkey:// or valkeys://');
+    return normalizeRedisUrl(redis);
+  }
+  checkObject(
+    'redis',
+    redis,
+    'a redis:// URL, ioredis options, { cluster: { nodes } }, { sentinel: { sentinels, name } } or an ioredis client',
+  );
+  if (isSentinelConnection(redis)) {
+    checkSentinelOptions(redis.sentinel);
     return redis;
   }
-  checkObject('redis', redis, 'a redis:// URL, ioredis options, { cluster: { nodes } } or an ioredis client');
   // Clients have a cluster() command method: only a plain object with a `cluster` object is a cluster config.
   if (isClusterConnection(redis)) {
     rejectUnknownKeys('redis.cluster', redis.cluster, CLUSTER_OPTION_NAMES);
@@ -439,6 +485,29 @@ function validateInitialOffset(path: string, offset: InitialOffset): void {
       return;
     default:
       throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
+  }
+}
+
+/** A plain object with a `sentinel` object (a client's `sentinel` is a command method, a function). */
+export function isSentinelConnection(value: unknown): value is SentinelConnection {
+  const sentinel = (value as { sentinel?: unknown } | null)?.sentinel;
+  return typeof value === 'object' && value !== null && typeof sentinel === 'object' && sentinel !== null;
+}
+
+function checkSentinelOptions(sentinel: SentinelConnection['sentinel']): void {
+  rejectUnknownKeys('redis.sentinel', sentinel, REDIS_OPTION_NAMES);
+  const { sentinels, name } = sentinel;
+  if (!Array.isArray(sentinels) || sentinels.length === 0) {
+    throw new InvalidOptionError('redis.sentinel.sentinels', sentinels, 'a non-empty array of { host, port }');
+  }
+  sentinels.forEach((address: unknown, i) => {
+    const { host, port } = (address ?? {}) as { host?: unknown; port?: unknown };
+    if (typeof host !== 'string' || host === '')
+      throw new InvalidOptionError(`redis.sentinel.sentinels[${i}].host`, host, 'a host name or address');
+    checkInteger(`redis.sentinel.sentinels[${i}].port`, port, 1, 65_535, 'a port from 1 to 65535');
+  });
+  if (typeof name !== 'string' || name === '') {
+    throw new InvalidOptionError('redis.sentinel.name', name, 'the name of the primary the sentinels watch (sentinel monitor <name> ...)');
   }
 }
 

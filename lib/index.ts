@@ -101,3 +101,9 @@ export { EventrailCloudEventsModule } from './cloudevents/eventrail-cloud-events
 export { EventrailCloudEventsController } from './cloudevents/eventrail-cloud-events.controller';
 export type { EventrailCloudEventsOptions } from './cloudevents/cloud-events-ingress.options';
 export { IngressAuthRequiredError } from './errors/ingress-auth-required.error';
+// Sentinel, TLS and managed Redis (issue 17)
+export type { SentinelConnection } from './eventrail.options';
+export { RedisTlsError } from './errors/redis-tls.error';
+export { RedisPermissionError } from './errors/redis-permission.error';
+export { eventrailAclRules } from './redis/acl-rules';
+export type { EventrailAclRules } from './redis/acl-rules';

@@ -30,6 +30,7 @@ import { GroupFactsReader, isStale } from './group-facts.reader';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
 import { LogStatsReader } from './log-stats.reader';
+import { typeRefusals } from './permission-refusals';
 
 /**
  * Operations on the log that the admin API, the dashboard and the CLI build
@@ -353,3 +354,14 @@ export class EventrailAdmin {
     return facts.members.map((m) => m.workerId);
   }
 }
+
+// A user without write permissions (a read-only dashboard or CLI user) gets RedisPermissionError from these.
+typeRefusals(EventrailAdmin.prototype, {
+  resetOffsets: 'reset offsets',
+  pruneStaleGroups: 'prune stale groups',
+  deleteGroup: 'delete a group',
+  replayDeadLetters: 'replay dead letters',
+  restoreArchive: 'restore an archive',
+  runRetention: 'run retention',
+  purgeDeadLetters: 'purge dead letters',
+});

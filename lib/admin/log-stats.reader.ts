@@ -11,15 +11,16 @@ export class LogStatsReader {
 
   /**
    * Which Redis primary holds which partitions. On Redis Cluster, from
-   * `CLUSTER SLOTS` and each partition's key slot; on a single Redis, one node
-   * with every partition.
+   * `CLUSTER SLOTS` and each partition's key slot; on a single Redis (or the
+   * primary Sentinel points at), one node with every partition and the
+   * replicas `ROLE` names.
    */
   async nodes(): Promise<NodeStatus[]> {
     const { client, keys } = this.redis;
     const all = keys.streams.map((_, p) => p);
     if (!this.redis.isCluster) {
-      const { host, port } = (client as unknown as { options: { host?: string; port?: number } }).options;
-      return [{ node: `${host ?? 'localhost'}:${port ?? 6379}`, replicas: [], slots: [[0, 16383]], partitions: all }];
+      const { node, replicas } = await this.redis.replication();
+      return [{ node, replicas, slots: [[0, 16383]], partitions: all }];
     }
     type SlotRange = [number, number, [string, number, ...unknown[]], ...Array<[string, number, ...unknown[]]>];
     const [ranges, partitionSlots] = await Promise.all([
@@ -49,10 +50,12 @@ export class LogStatsReader {
     const partitions: PartitionLogStats[] = await Promise.all(
       keys.streams.map((stream, partition) => this.partitionStats(stream, partition)),
     );
-    const usedMemoryBytes = await client.info('memory').then(
-      (info) => Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN) || null,
-      () => null, // INFO disabled
-    );
+    const usedMemoryBytes = this.redis.isCluster
+      ? await client.info('memory').then(
+          (info) => Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN) || null,
+          () => null, // INFO disabled
+        )
+      : await this.redis.usedMemoryBytes(); // a refused INFO is not asked again
     return { prefix: this.prefix, partitions, usedMemoryBytes };
   }
 

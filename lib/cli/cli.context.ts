@@ -10,6 +10,9 @@ export interface GlobalOptions {
   /** `--cluster` true, `--no-cluster` false, neither undefined (then `EVENTRAIL_REDIS_CLUSTER` decides). */
   cluster?: boolean;
   prefix?: string;
+  tlsCa?: string;
+  tlsCert?: string;
+  tlsKey?: string;
   json?: boolean;
   verbose?: boolean;
   connectTimeout: number;
@@ -42,6 +45,11 @@ export class CliContext {
       redisUrl: this.globals.redisUrl,
       cluster: this.globals.cluster ?? parseClusterEnv(process.env.EVENTRAIL_REDIS_CLUSTER),
       prefix: this.globals.prefix,
+      tls: {
+        ca: this.globals.tlsCa ?? envValue('EVENTRAIL_REDIS_TLS_CA'),
+        cert: this.globals.tlsCert ?? envValue('EVENTRAIL_REDIS_TLS_CERT'),
+        key: this.globals.tlsKey ?? envValue('EVENTRAIL_REDIS_TLS_KEY'),
+      },
       connectTimeoutMs: this.globals.connectTimeout,
       verbose: this.globals.verbose === true,
       ...options,
@@ -58,4 +66,10 @@ export class CliContext {
     this.session = undefined;
     await session?.close();
   }
+}
+
+/** An environment variable, unset when empty (`EVENTRAIL_REDIS_TLS_CA= eventrail ...` turns it off). */
+function envValue(name: string): string | undefined {
+  const value = process.env[name];
+  return value === undefined || value === '' ? undefined : value;
 }

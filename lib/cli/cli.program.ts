@@ -19,6 +19,8 @@ const ABOUT = `
 Connection: --redis-url, else EVENTRAIL_REDIS_URL, else redis://localhost:6379.
             Redis Cluster: --cluster (or EVENTRAIL_REDIS_CLUSTER=1; --no-cluster beats it), and the URL is a
             comma-separated list of seed nodes: redis://10.0.0.1:7000,redis://10.0.0.2:7000.
+            TLS: rediss:// (valkey:// and valkeys:// are aliases), with --tls-ca for a private CA and
+            --tls-cert/--tls-key for a client certificate (or EVENTRAIL_REDIS_TLS_CA/CERT/KEY).
 Log:        --prefix, else EVENTRAIL_PREFIX, else "eventrail". The partition count is read from the log.
 
 Every read command takes --json: one JSON document on stdout (tail: one object per line).
@@ -41,6 +43,9 @@ export function createProgram(runner: CliRunner): Command {
     )
     .option('--cluster', 'connect to a Redis Cluster through the seed nodes of --redis-url (default: EVENTRAIL_REDIS_CLUSTER=1)')
     .option('--no-cluster', 'a single Redis, even when EVENTRAIL_REDIS_CLUSTER=1')
+    .option('--tls-ca <file>', 'PEM file of the CA that signed the server certificate, for rediss:// (default: EVENTRAIL_REDIS_TLS_CA)')
+    .option('--tls-cert <file>', 'PEM client certificate, when the server asks for one (default: EVENTRAIL_REDIS_TLS_CERT)')
+    .option('--tls-key <file>', 'PEM key of --tls-cert (default: EVENTRAIL_REDIS_TLS_KEY)')
     .option('--prefix <prefix>', 'key prefix of the log (default: EVENTRAIL_PREFIX, else "eventrail")')
     .option('--json', 'machine-readable output on stdout')
     .option('--verbose', 'log connection and library messages on stderr')
@@ -57,6 +62,7 @@ export function createProgram(runner: CliRunner): Command {
           'eventrail --prefix orders groups --json',
           'eventrail dlq list billing',
           'eventrail --cluster --redis-url redis://10.0.0.1:7000,redis://10.0.0.2:7000 status',
+          'eventrail --redis-url rediss://cache.internal:6380 --tls-ca ca.pem status',
         ]),
     );
 

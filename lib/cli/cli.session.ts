@@ -9,7 +9,7 @@ import { EventrailPublisher } from '../publisher/eventrail.publisher';
 import { readLogPartitions } from '../log/log-meta';
 import type { RetentionOptions } from '../retention/retention.options';
 import { LogNotFoundError } from './errors/log-not-found.error';
-import { closeRedis, connectRedis, describeTarget, type RedisTarget } from './redis.connector';
+import { closeRedis, connectRedis, describeTarget, type RedisTarget, type TlsFilePaths } from './redis.connector';
 import { StderrLogger } from './stderr.logger';
 
 export interface SessionOptions {
@@ -19,6 +19,8 @@ export interface SessionOptions {
   cluster: boolean;
   /** `--prefix`; the module's fallback (`EVENTRAIL_PREFIX`, then `eventrail`) applies when absent. */
   prefix?: string;
+  /** PEM files for a `rediss://` connection (`--tls-*`, `EVENTRAIL_REDIS_TLS_*`). */
+  tls?: TlsFilePaths;
   /** How long to wait for Redis before failing. */
   connectTimeoutMs: number;
   /** Nest and library logs on stderr. */
@@ -65,7 +67,7 @@ export class CliSession {
       partitions: options.createLog?.partitions,
       retention: options.retention,
     });
-    const target: RedisTarget = { url: resolved.redis as string, cluster: options.cluster };
+    const target: RedisTarget = { url: resolved.redis as string, cluster: options.cluster, tls: options.tls };
     const prefix = resolved.prefix;
     const client = await connectRedis(target, options.connectTimeoutMs, options.verbose);
     try {

@@ -1,6 +1,7 @@
 import type { RedisOptions } from 'ioredis';
 import { CliUsageError } from './errors/cli-usage.error';
 import { redactUrl } from '../util/redact-url';
+import { normalizeRedisUrl } from '../redis/redis-url';
 
 /** What ioredis's `Cluster` needs from `--redis-url` under `--cluster`. */
 export interface ClusterSeeds {
@@ -54,12 +55,14 @@ export function parseClusterSeeds(list: string): ClusterSeeds {
 function parseSeed(url: string): Seed {
   let parsed: URL;
   try {
-    parsed = new URL(url);
+    parsed = new URL(normalizeRedisUrl(url));
   } catch {
     throw new CliUsageError(`Invalid cluster seed URL "${redactUrl(url)}": expected redis://[user:password@]host:port`);
   }
   if ((parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') || parsed.hostname === '')
-    throw new CliUsageError(`Invalid cluster seed URL "${redactUrl(url)}": expected redis://[user:password@]host:port or rediss://...`);
+    throw new CliUsageError(
+      `Invalid cluster seed URL "${redactUrl(url)}": expected redis://[user:password@]host:port, rediss://, valkey:// or valkeys://`,
+    );
   if (!['', '/', '/0'].includes(parsed.pathname))
     throw new CliUsageError(`Invalid cluster seed URL "${redactUrl(url)}": Redis Cluster has database 0 only`);
   return {

@@ -38,6 +38,9 @@ export function formatCommandLine(typed: Partial<GlobalOptions>, words: CommandW
     line.push('--redis-url', seeds.map((seed) => (hasPassword(seed) ? redactUrl(seed) : seed)).join(','));
   }
   if (typed.cluster !== undefined) line.push(typed.cluster ? '--cluster' : '--no-cluster');
+  if (typed.tlsCa !== undefined) line.push('--tls-ca', typed.tlsCa);
+  if (typed.tlsCert !== undefined) line.push('--tls-cert', typed.tlsCert);
+  if (typed.tlsKey !== undefined) line.push('--tls-key', typed.tlsKey);
   if (typed.prefix !== undefined) line.push('--prefix', typed.prefix);
   if (typed.connectTimeout !== undefined) line.push('--connect-timeout', String(typed.connectTimeout));
   if (typed.verbose) line.push('--verbose');

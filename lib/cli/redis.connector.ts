@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import type { ConnectionOptions } from 'node:tls';
 import Redis, { Cluster } from 'ioredis';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
@@ -5,6 +7,8 @@ import { CliUsageError } from './errors/cli-usage.error';
 import { escapeControls } from '../util/control-chars';
 import { withTimeout } from '../util/timeout';
 import { redactUrl, redactUrlsIn } from '../util/redact-url';
+import { firstSeedError, permanentConnectionFailure } from '../redis/connection-failure';
+import { normalizeRedisUrl } from '../redis/redis-url';
 
 /** Where the CLI connects. */
 export interface RedisTarget {
@@ -12,6 +16,14 @@ export interface RedisTarget {
   url: string;
   /** `--cluster` / `EVENTRAIL_REDIS_CLUSTER`. */
   cluster: boolean;
+  /** `--tls-ca`, `--tls-cert`, `--tls-key` (or `EVENTRAIL_REDIS_TLS_*`): PEM file paths, for `rediss://` URLs. */
+  tls?: TlsFilePaths;
+}
+
+export interface TlsFilePaths {
+  ca?: string;
+  cert?: string;
+  key?: string;
 }
 
 /** How long `closeRedis` waits for QUIT before dropping the connections. */
@@ -29,8 +41,9 @@ export function describeTarget(target: RedisTarget): string {
  * and on a cluster alike.
  */
 export async function connectRedis(target: RedisTarget, timeoutMs: number, verbose: boolean): Promise<Redis | Cluster> {
-  const seeds = target.cluster ? parseClusterSeeds(target.url) : undefined;
-  const client = seeds ? createCluster(seeds, timeoutMs) : createRedis(target.url, timeoutMs);
+  const tls = readTlsFiles(target);
+  const seeds = target.cluster ? withTls(parseClusterSeeds(target.url), tls) : undefined;
+  const client = seeds ? createCluster(seeds, timeoutMs) : createRedis(normalizeRedisUrl(target.url), timeoutMs, tls);
   const where = target.cluster ? `Redis Cluster seeds ${describeTarget(target)}` : describeTarget(target);
   // Every failed reconnect emits 'error'; without a listener the process would crash on it.
   let lastError: Error | undefined;
@@ -49,8 +62,8 @@ export async function connectRedis(target: RedisTarget, timeoutMs: number, verbo
     // connect() rejects with "Connection is closed." (a cluster: "None of startup nodes is available");
     // the 'error' event before it says why (ECONNREFUSED, WRONGPASS, cluster support disabled...).
     let cause = rootCause(lastError) ?? error;
-    if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds, timeoutMs)) ?? cause;
-    throw new RedisUnavailableError(`cannot connect to ${where}`, cause);
+    if (seeds && isConnectionClosed(cause)) cause = (await firstSeedError(seeds.nodes, seeds.redisOptions, timeoutMs)) ?? cause;
+    throw permanentConnectionFailure(cause, where) ?? new RedisUnavailableError(`cannot connect to ${where}`, cause);
   }
 }
 
@@ -66,7 +79,7 @@ export async function closeRedis(client: Redis | Cluster): Promise<void> {
 // Reconnect attempts fail a command after a few retries instead of ioredis's 20, as the module does.
 const MAX_RETRIES_PER_REQUEST = 3;
 
-function createRedis(url: string, timeoutMs: number): Redis {
+function createRedis(url: string, timeoutMs: number, tls: ConnectionOptions | undefined): Redis {
   if (splitSeeds(url).length > 1)
     throw new CliUsageError(
       `The Redis URL lists several nodes (${describeTarget({ url, cluster: true })}): pass --cluster (or EVENTRAIL_REDIS_CLUSTER=1) for Redis Cluster`,
@@ -74,7 +87,42 @@ function createRedis(url: string, timeoutMs: number): Redis {
   // ioredis would throw a bare "Invalid URL"; this one says which, without its password.
   if (!URL.canParse(url))
     throw new CliUsageError(`Invalid Redis URL "${redactUrl(url)}": expected redis://[user:password@]host[:port][/db] or rediss://...`);
-  return new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: MAX_RETRIES_PER_REQUEST });
+  return new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    maxRetriesPerRequest: MAX_RETRIES_PER_REQUEST,
+    ...(tls ? { tls } : {}),
+  });
+}
+
+/**
+ * The PEM files of `--tls-ca`, `--tls-cert` and `--tls-key`, read before
+ * connecting: a path that cannot be read is a usage error that names the
+ * flag. They need a `rediss://` URL, so a TLS setup is never silently
+ * ignored on a plain connection.
+ */
+function readTlsFiles({ tls, url }: RedisTarget): ConnectionOptions | undefined {
+  const given = Object.entries(tls ?? {}).filter((entry): entry is [keyof TlsFilePaths, string] => entry[1] !== undefined);
+  if (given.length === 0) return undefined;
+  if (!splitSeeds(url).every((seed) => /^(rediss|valkeys):\/\//i.test(seed)))
+    throw new CliUsageError(
+      `--tls-${given[0][0]} needs a TLS URL: rediss:// (or valkeys://), got "${describeTarget({ url, cluster: false })}"`,
+    );
+  if ((tls?.cert === undefined) !== (tls?.key === undefined))
+    throw new CliUsageError('--tls-cert and --tls-key go together (a client certificate and its key)');
+  const options: ConnectionOptions = {};
+  for (const [name, path] of given) {
+    try {
+      options[name] = readFileSync(path, 'utf8');
+    } catch (error) {
+      throw new CliUsageError(`Cannot read --tls-${name} ${path}: ${(error as Error).message}`);
+    }
+  }
+  return options;
+}
+
+function withTls(seeds: ClusterSeeds, tls: ConnectionOptions | undefined): ClusterSeeds {
+  return tls ? { ...seeds, redisOptions: { ...seeds.redisOptions, tls } } : seeds;
 }
 
 function createCluster({ nodes, redisOptions }: ClusterSeeds, timeoutMs: number): Cluster {
@@ -91,29 +139,4 @@ function rootCause(error: Error | undefined): Error | undefined {
 
 function isConnectionClosed(error: unknown): boolean {
   return error instanceof Error && error.message === 'Connection is closed.';
-}
-
-/**
- * The cluster client asks each seed on a connection whose errors it drops, so
- * an unreachable seed only says "Connection is closed.". One plain connection
- * per seed learns why (ECONNREFUSED, ENOTFOUND, a TLS failure); the first
- * seed's reason is reported.
- */
-async function firstSeedError({ nodes, redisOptions }: ClusterSeeds, timeoutMs: number): Promise<Error | undefined> {
-  const errors = await Promise.all(
-    nodes.map(async ({ host, port }) => {
-      const probe = new Redis({ ...redisOptions, host, port, lazyConnect: true, connectTimeout: timeoutMs, retryStrategy: () => null });
-      let failure: Error | undefined;
-      probe.on('error', (error: Error) => (failure ??= error));
-      try {
-        await probe.connect();
-        return undefined;
-      } catch (error) {
-        return failure ?? (error as Error);
-      } finally {
-        probe.disconnect();
-      }
-    }),
-  );
-  return errors.find((error) => error !== undefined);
 }

@@ -11,6 +11,11 @@ export class RedisUnavailableError extends EventrailError {
     readonly operation: string,
     override readonly cause?: unknown,
   ) {
-    super(`Redis is unavailable: ${operation}${cause instanceof Error ? ` (${cause.message})` : ''}`);
+    super(`Redis is unavailable: ${operation}${hasMessage(cause) ? ` (${cause.message})` : ''}`);
   }
+}
+
+/** An `Error` or anything shaped like one: a socket error from another realm (a test sandbox) fails `instanceof Error`. */
+function hasMessage(cause: unknown): cause is { message: string } {
+  return typeof (cause as { message?: unknown } | null)?.message === 'string';
 }

@@ -1,14 +1,24 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import { ClusterConnection, isClusterConnection, ResolvedEventrailOptions } from '../eventrail.options';
+import {
+  ClusterConnection,
+  isClusterConnection,
+  isSentinelConnection,
+  ResolvedEventrailOptions,
+  SentinelConnection,
+} from '../eventrail.options';
 import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
+import { RedisTlsError } from '../errors/redis-tls.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
 import { EventrailClient, registerScripts } from '../scripts/scripts';
 import { describeError } from '../util/describe-error';
 import { withTimeout } from '../util/timeout';
+import { firstSeedError, permanentConnectionFailure } from './connection-failure';
+import { type ProbeAnswer, ServerProbe } from './server-probe';
+import { normalizeRedisUrl } from './redis-url';
 
 /**
  * Owns the connection to Redis: creates it from the options (or adopts the
@@ -23,8 +33,8 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   readonly keys: EventrailKeys;
   private readonly owned: boolean;
   private readonly duplicates = new Set<Redis | Cluster>();
-  /** Nodes that refused `CONFIG` (managed Redis): asked through `INFO` from then on, one command instead of two. */
-  private readonly configRefused = new WeakSet<Redis>();
+  /** Remembers what each node refused (`CONFIG`, `INFO`, `ROLE`, `WAIT`), so it is never asked again. */
+  private readonly probe = new ServerProbe();
   private prepared?: Promise<void>;
 
   constructor(@Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions) {
@@ -54,8 +64,9 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     try {
       await this.waitUntilReady(this.options.startupTimeoutMs);
     } catch (error) {
-      // A degraded start is for a Redis that does not answer yet, not for one whose settings were refused.
-      if (!this.options.allowDegradedStart || error instanceof EvictionPolicyError) {
+      // A degraded start is for a Redis that does not answer yet, not for one whose settings were refused
+      // or whose certificate no retry will make trusted.
+      if (!this.options.allowDegradedStart || error instanceof EvictionPolicyError || error instanceof RedisTlsError) {
         // Nest runs no shutdown hooks after a failed init: stop reconnecting here.
         if (this.owned) this.client.disconnect();
         throw error;
@@ -86,7 +97,11 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
 
   /** A new connection with the same options, for blocking reads; closed on shutdown. */
   duplicate(): Redis | Cluster {
-    const connection = (this.client as { duplicate(): Redis | Cluster }).duplicate();
+    // Where INFO is refused, ioredis's ready check would warn on every new connection: skip it (it was skipped anyway).
+    const quiet = !this.isCluster && this.probe.refusal(this.client as unknown as Redis, 'INFO') !== undefined;
+    const connection = (this.client as { duplicate(override?: RedisOptions): Redis | Cluster }).duplicate(
+      quiet ? { enableReadyCheck: false } : undefined,
+    );
     connection.on('error', () => undefined); // failures surface on the blocked command itself
     this.duplicates.add(connection);
     connection.once('end', () => this.duplicates.delete(connection));
@@ -100,56 +115,162 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   private async waitUntilReady(timeoutMs: number): Promise<void> {
-    await withTimeout(this.whenPrepared(), timeoutMs, () => {
-      throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`);
-    });
+    let lastError: Error | undefined;
+    const keep = (error: Error): void => void (lastError = error);
+    this.client.on('error', keep);
+    try {
+      await withTimeout(this.whenPrepared(), timeoutMs, () => {
+        throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`, lastError);
+      });
+    } finally {
+      this.client.off('error', keep);
+    }
   }
 
   private async prepare(): Promise<void> {
     if (this.client.status !== 'ready') {
       if (this.client.status === 'wait') void this.client.connect().catch(() => undefined);
-      await new Promise<void>((resolve) => this.client.once('ready', () => resolve()));
+      await this.untilConnected();
     }
-    const now = String(Date.now());
-    const replies = await this.client
-      .multi()
-      .hsetnx(this.keys.meta, 'partitions', String(this.options.partitions))
-      .hsetnx(this.keys.meta, 'createdAt', now)
-      .hget(this.keys.meta, 'partitions')
-      .exec();
-    const recorded = Number(replies?.[2]?.[1]);
+    // Read first: an existing log needs no write, so a read-only user (dashboard, CLI) can attach to it.
+    let recorded = Number(await this.client.hget(this.keys.meta, 'partitions'));
+    if (!recorded) {
+      const replies = await this.client
+        .multi()
+        .hsetnx(this.keys.meta, 'partitions', String(this.options.partitions))
+        .hsetnx(this.keys.meta, 'createdAt', String(Date.now()))
+        .hget(this.keys.meta, 'partitions')
+        .exec();
+      recorded = Number(replies?.[2]?.[1]);
+    }
     if (recorded !== this.options.partitions) {
       throw new PartitionMismatchError(this.options.prefix, this.options.partitions, recorded);
     }
-    await this.checkDurability();
-    await this.checkEviction();
+    await this.checkServer();
+  }
+
+  /**
+   * Resolves on 'ready'; rejects at the first connection error that no retry
+   * cures (a TLS certificate the client does not trust), so a wrong CA fails
+   * startup in milliseconds instead of after `startupTimeoutMs`.
+   */
+  private untilConnected(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onReady = (): void => {
+        this.client.off('error', onError);
+        resolve();
+      };
+      let probed = false;
+      const onError = (error: Error): void => {
+        const permanent = permanentConnectionFailure(error, this.describeTarget());
+        if (permanent !== undefined) {
+          this.client.off('ready', onReady);
+          this.client.off('error', onError);
+          reject(permanent);
+        } else if (this.isCluster && !probed) {
+          // A cluster drops its nodes' own errors ("Failed to refresh slots cache."): ask the seeds once, plainly, why.
+          probed = true;
+          void this.seedFailure().then((failure) => failure && onError(failure));
+        }
+      };
+      this.client.once('ready', onReady);
+      this.client.on('error', onError);
+    });
+  }
+
+  /** Why the cluster's seeds refuse a plain connection with the cluster's node options, if they do. */
+  private async seedFailure(): Promise<Error | undefined> {
+    const cluster = this.client as unknown as { startupNodes?: unknown[]; options: { redisOptions?: RedisOptions } };
+    const seeds = (cluster.startupNodes ?? []).filter(
+      (seed): seed is { host: string; port: number } => typeof (seed as { port?: unknown }).port === 'number',
+    );
+    return firstSeedError(
+      seeds.map(({ host, port }) => ({ host: host ?? 'localhost', port })),
+      cluster.options.redisOptions ?? {},
+      2_000,
+    );
+  }
+
+  /** Where the client dials, for messages (no credentials): `host:port`, the cluster's seeds or the sentinels. */
+  private describeTarget(): string {
+    if (this.isCluster) {
+      const seeds = (this.client as unknown as { startupNodes?: Array<{ host?: string; port?: number } | string> }).startupNodes ?? [];
+      return seeds.map((seed) => (typeof seed === 'string' ? seed : `${seed.host ?? 'localhost'}:${seed.port ?? 6379}`)).join(',');
+    }
+    const { host, port, sentinels, name } = (this.client as unknown as Redis).options;
+    if (Array.isArray(sentinels)) return `Sentinel primary "${name}" (via ${sentinels.map((s) => `${s.host}:${s.port}`).join(',')})`;
+    return `${host ?? 'localhost'}:${port ?? 6379}`;
   }
 
   /**
    * The `maxmemory-policy` of every primary (one on a single Redis), from
    * `CONFIG GET`, or from `INFO memory` where `CONFIG` is refused (managed
    * Redis); `policy` is null where neither answers. Startup and the health
-   * check both read it here.
+   * check both read it here; a refused command is not sent to that node again.
    */
   async evictionPolicies(): Promise<NodeEvictionPolicy[]> {
-    const nodes = this.isCluster ? (this.client as unknown as Cluster).nodes('master') : [this.client as unknown as Redis];
-    return Promise.all(nodes.map(async (node) => ({ node: nodeName(node), policy: await this.readEvictionPolicy(node) })));
+    const answers = await this.readEvictionPolicies();
+    return answers.map(({ node, answer }) => ({ node, policy: answer.ok ? answer.value : null }));
   }
 
-  private async readEvictionPolicy(node: Redis): Promise<string | null> {
-    if (!this.configRefused.has(node)) {
-      try {
-        const reply = (await node.config('GET', 'maxmemory-policy')) as unknown as string[];
-        if (typeof reply?.[1] === 'string') return reply[1];
-      } catch {
-        this.configRefused.add(node);
-      }
-    }
-    try {
-      return /^maxmemory_policy:(\S+)/m.exec(await node.info('memory'))?.[1] ?? null;
-    } catch (error) {
-      this.logger.debug(`Could not read maxmemory-policy from ${nodeName(node)} (${describeError(error)})`);
-      return null;
+  /**
+   * The primary this client writes to and its replicas, from `ROLE` (or
+   * `INFO replication` where `ROLE` is refused); behind Sentinel, the primary
+   * it was sent to. Where both are refused, the address connected to, with no
+   * replicas named.
+   */
+  async replication(): Promise<{ node: string; replicas: string[] }> {
+    const node = this.client as unknown as Redis;
+    const connected = connectedAddress(node);
+    const role = await this.probe.role(node);
+    if (role.ok)
+      return role.value.role === 'master'
+        ? { node: connected, replicas: role.value.replicas }
+        : { node: role.value.primary ?? connected, replicas: [connected] };
+    const count = await this.probe.infoField(node, 'replication', 'connected_slaves');
+    if (!count.ok || count.value === null) return { node: connected, replicas: [] };
+    const info = await node.info('replication').catch(() => '');
+    const replicas = [...info.matchAll(/^slave\d+:ip=([^,]+),port=(\d+)/gm)].map(([, host, port]) => `${host}:${port}`);
+    return { node: connected, replicas };
+  }
+
+  /** `used_memory` from `INFO memory`, null where INFO is refused (asked once) or on a cluster. */
+  async usedMemoryBytes(): Promise<number | null> {
+    if (this.isCluster) return null;
+    const answer = await this.probe.infoField(this.client as unknown as Redis, 'memory', 'used_memory');
+    return answer.ok && answer.value !== null ? Number(answer.value) : null;
+  }
+
+  private readEvictionPolicies(): Promise<Array<{ node: string; answer: ProbeAnswer<string | null> }>> {
+    const nodes = this.isCluster ? (this.client as unknown as Cluster).nodes('master') : [this.client as unknown as Redis];
+    return Promise.all(
+      nodes.map(async (node) => {
+        const fromConfig = await this.probe.configGet(node, 'maxmemory-policy');
+        if (fromConfig.ok && fromConfig.value !== null) return { node: nodeName(node), answer: fromConfig };
+        const fromInfo = await this.probe.infoField(node, 'memory', 'maxmemory_policy');
+        if (fromInfo.ok && fromInfo.value !== null) return { node: nodeName(node), answer: fromInfo };
+        const refused = [fromConfig, fromInfo].map((a) => (a.ok ? 'no answer' : a.refused)).join('; ');
+        return { node: nodeName(node), answer: { ok: false as const, refused } };
+      }),
+    );
+  }
+
+  /**
+   * What startup checks besides the log: persistence, the eviction policy,
+   * and `WAIT` when publishing defaults to `durability: 'replicated'`. What a
+   * managed Redis or an ACL user would not tell is said once, in one warning;
+   * eventrail runs without it.
+   */
+  private async checkServer(): Promise<void> {
+    const unchecked: string[] = [];
+    await this.checkDurability(unchecked);
+    await this.checkEviction(unchecked);
+    await this.checkWait(unchecked);
+    if (unchecked.length > 0) {
+      this.logger.warn(
+        `Redis refused what eventrail checks at startup, so these were not checked: ${unchecked.join('; ')}. ` +
+          'eventrail runs without them; make sure the provider keeps appendonly (or equivalent persistence) on and maxmemory-policy noeviction.',
+      );
     }
   }
 
@@ -157,10 +278,17 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
    * Any policy but `noeviction` lets a full Redis delete the log, offsets and
    * leases: warn with the fix, or refuse to start with `requireNoEviction`.
    */
-  private async checkEviction(): Promise<void> {
-    const policies = await this.evictionPolicies();
-    const evicting = policies.filter((n) => n.policy !== null && n.policy !== 'noeviction');
-    if (policies.some((n) => n.policy === null)) this.logger.debug('Could not read maxmemory-policy; skipping the eviction check there');
+  private async checkEviction(unchecked: string[]): Promise<void> {
+    const answers = await this.readEvictionPolicies();
+    for (const { node, answer } of answers) {
+      if (!answer.ok)
+        unchecked.push(
+          `eviction policy of ${node} (${answer.refused})${this.options.requireNoEviction ? ', so requireNoEviction could not be enforced' : ''}`,
+        );
+    }
+    const evicting = answers.flatMap(({ node, answer }) =>
+      answer.ok && answer.value !== 'noeviction' ? [{ node, policy: answer.value }] : [],
+    );
     if (evicting.length === 0) return;
     if (this.options.requireNoEviction) throw new EvictionPolicyError(evicting);
     const where = evicting.map((n) => `${n.node} (maxmemory-policy ${n.policy})`).join(', ');
@@ -171,32 +299,70 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     );
   }
 
-  /** Warns when Redis would lose acknowledged events on a crash. Managed Redis often disables CONFIG: then say nothing loud. */
-  private async checkDurability(): Promise<void> {
-    let appendonly: string | undefined;
-    try {
-      const reply = (await this.client.config('GET', 'appendonly')) as unknown as string[];
-      appendonly = reply?.[1];
-    } catch (error) {
-      this.logger.debug(`Could not read Redis persistence settings (${describeError(error)}); skipping the durability check`);
-      return;
+  /** Warns when Redis would lose acknowledged events on a crash: `CONFIG GET appendonly`, else `INFO persistence`. */
+  private async checkDurability(unchecked: string[]): Promise<void> {
+    const nodes = this.isCluster ? (this.client as unknown as Cluster).nodes('master') : [this.client as unknown as Redis];
+    const without: string[] = [];
+    for (const node of nodes) {
+      const fromConfig = await this.probe.configGet(node, 'appendonly');
+      let appendonly = fromConfig.ok ? fromConfig.value : null;
+      if (appendonly === null) {
+        const fromInfo = await this.probe.infoField(node, 'persistence', 'aof_enabled');
+        if (fromInfo.ok && fromInfo.value !== null) appendonly = fromInfo.value === '1' ? 'yes' : 'no';
+        else if (!fromConfig.ok && !fromInfo.ok)
+          unchecked.push(`persistence of ${nodeName(node)} (${fromConfig.refused}; ${fromInfo.refused})`);
+      }
+      if (appendonly === 'no') without.push(nodeName(node));
     }
-    if (appendonly === 'no') {
+    if (without.length > 0) {
+      const where = this.isCluster ? `Redis ${without.join(', ')} run` : 'Redis runs';
       this.logger.warn(
-        'Redis runs without AOF (appendonly no): a Redis crash loses events appended since the last snapshot, ' +
+        `${where} without AOF (appendonly no): a Redis crash loses events appended since the last snapshot, ` +
           'even after publish resolved. Fix: redis-cli CONFIG SET appendonly yes (and appendonly yes in redis.conf).',
       );
     }
   }
+
+  /** With `durability: 'replicated'` as the default, a refused `WAIT` would fail every publish: say so now. */
+  private async checkWait(unchecked: string[]): Promise<void> {
+    if (this.options.durability !== 'replicated' || this.isCluster) return;
+    const answer = await this.probe.wait(this.client as unknown as Redis);
+    if (!answer.ok) unchecked.push(`WAIT (${answer.refused}), so publishes with durability 'replicated' cannot be confirmed`);
+  }
 }
 
-function createClient(redis: string | RedisOptions | ClusterConnection, base: RedisOptions): Redis | Cluster {
-  if (typeof redis === 'string') return new Redis(redis, base);
+/** `host:port` the connection reached: behind Sentinel, the primary it resolved, which the options do not hold. */
+function connectedAddress(node: Redis): string {
+  const stream = (node as unknown as { stream?: { remoteAddress?: string; remotePort?: number } }).stream;
+  if (stream?.remoteAddress && stream.remotePort) return `${stream.remoteAddress.replace(/^::ffff:/, '')}:${stream.remotePort}`;
+  return nodeName(node);
+}
+
+function createClient(redis: string | RedisOptions | ClusterConnection | SentinelConnection, base: RedisOptions): Redis | Cluster {
+  if (typeof redis === 'string') return new Redis(normalizeRedisUrl(redis), base);
   if (isClusterConnection(redis)) {
     const { nodes, options = {} } = redis.cluster;
     return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions } });
   }
-  return new Redis({ ...base, ...redis });
+  const options = isSentinelConnection(redis) ? redis.sentinel : redis;
+  if (!Array.isArray(options.sentinels)) return new Redis({ ...base, ...options });
+  return new Redis({ ...base, ...sentinelDefaults(options), ...options });
+}
+
+/**
+ * What a client behind Sentinel needs to follow a failover without a restart:
+ * ask the sentinels again when the node it writes to has become a replica
+ * (`READONLY`: reconnect and resend), and listen for the sentinels'
+ * `+switch-master`, so even an idle or subscribed connection moves at once.
+ * A `tls` option is meant for the primary too, which ioredis only applies with
+ * `enableTLSForSentinelMode`. The user's own options win over all three.
+ */
+function sentinelDefaults(options: RedisOptions): RedisOptions {
+  return {
+    failoverDetector: true,
+    reconnectOnError: (error: Error) => (error.message.startsWith('READONLY') ? 2 : false),
+    ...(options.tls !== undefined ? { enableTLSForSentinelMode: true } : {}),
+  };
 }
 
 function nodeName(node: Redis): string {

@@ -28,7 +28,8 @@ export function traceHandlers(config: ProcessTracingConfig, group: string, handl
     traced.set(
       event,
       bindings.map((binding) => ({
-        name: binding.name,
+        // The rest of the binding (a batch handler's `batch`, a typed event's `schema`) is kept as it is.
+        ...binding,
         // Without a registered SDK at the time of the call, the handler runs as if untraced.
         call: (message: EventrailMessage) => {
           const live = liveOpenTelemetry(true);

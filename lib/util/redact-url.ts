@@ -3,16 +3,16 @@
  * and URLs end up in error messages, logs and the CLI's output. One rule for
  * showing a URL, wherever it is shown:
  *
- * - a Redis URL (it starts with `redis://` or `rediss://` and parses) keeps
+ * - a Redis URL (it starts with `redis://`, `rediss://`, `valkey://` or `valkeys://` and parses) keeps
  *   its user; its password and a `password` query parameter become `***`.
  * - Anything else may hold a password where a URL parser would not look for
- *   one: a mistyped scheme (`redis:/`, `valkey://`), no scheme at all
+ *   one: a mistyped scheme (`redis:/`, `rediss:`), no scheme at all
  *   (`user:password@host`), a password that should have been percent-encoded
  *   (`redis://user:a/b@host` does not parse). Everything from its scheme to
  *   its last `@` becomes `***`, and so does a `password` query parameter.
  */
 
-const REDIS_URL = /^rediss?:\/\//;
+const REDIS_URL = /^(?:rediss?|valkeys?):\/\//;
 // The scheme as typed, with whatever slashes follow it: `redis:/`, `valkey://`, `app:`.
 const SCHEME = /^[a-z][\w+.-]*:\/*/i;
 const PASSWORD_PARAM = /([?&]password=)[^&#\s"']*/gi;

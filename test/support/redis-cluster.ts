@@ -6,11 +6,14 @@ import { promisify } from 'node:util';
 import Redis from 'ioredis';
 import { killQuietly } from './child-processes';
 import { freePort, waitUntilAnswers } from './redis-server';
+import { TlsFiles, tlsServerArgs } from './tls-certs';
 
 const run = promisify(execFile);
 
 export interface ClusterNode {
   port: number;
+  /** Its TLS port, in a cluster started with `tls`: clients and the cluster bus use it; `port` stays plain for the tests' checks. */
+  tlsPort?: number;
   /** Pid of the node's current process. */
   pid: number;
   /** Kills the node's process (SIGKILL by default). */
@@ -31,14 +34,17 @@ export interface RedisCluster {
 /**
  * Starts a real Redis Cluster on loopback: `masters` masters with one replica
  * each, `cluster-node-timeout 2000` so a failover takes a few seconds, and
- * waits until every node reports `cluster_state:ok`.
+ * waits until every node reports `cluster_state:ok`. With `tls`, every node
+ * also serves a TLS port, the cluster bus and replication run over TLS
+ * (`tls-cluster`, `tls-replication`), and `startupNodes` are the TLS ports.
  */
-export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
+export async function startRedisCluster(masters = 3, tls?: TlsFiles): Promise<RedisCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'eventrail-cluster-'));
   const nodes: ClusterNode[] = [];
   const exits = new Set<Promise<void>>();
-  const launch = (port: number): number => {
-    const child = spawn('redis-server', nodeArgs(port, dir), { stdio: 'ignore', detached: true });
+  const launch = (port: number, tlsPort?: number): number => {
+    const tlsArgs = tls && tlsPort ? [...tlsServerArgs(tls, tlsPort, false), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : [];
+    const child = spawn('redis-server', [...nodeArgs(port, dir), ...tlsArgs], { stdio: 'ignore', detached: true });
     child.unref();
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     exits.add(exited);
@@ -47,12 +53,14 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   };
   for (let i = 0; i < masters * 2; i++) {
     const port = await freePort();
+    const tlsPort = tls ? await freePort() : undefined;
     const node: ClusterNode = {
       port,
-      pid: launch(port),
+      tlsPort,
+      pid: launch(port, tlsPort),
       kill: (signal = 'SIGKILL') => void killQuietly(node.pid, signal),
       restart: async () => {
-        node.pid = launch(port);
+        node.pid = launch(port, tlsPort);
         await waitUntilAnswers(`redis://127.0.0.1:${port}`, 10_000);
       },
     };
@@ -65,7 +73,12 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
   };
   try {
     await Promise.all(nodes.map((n) => waitUntilAnswers(`redis://127.0.0.1:${n.port}`, 10_000)));
-    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes']);
+    // Over TLS the cluster bus listens at the TLS port + 10000: the nodes meet through their TLS ports.
+    const cliTls = tls ? ['--tls', '--cacert', tls.caCert] : [];
+    const createVia = nodes.map((n) => `127.0.0.1:${n.tlsPort ?? n.port}`);
+    await run('redis-cli', [...cliTls, '--cluster', 'create', ...createVia, '--cluster-replicas', '1', '--cluster-yes'], {
+      timeout: 60_000, // a cluster that never joins fails the setup (and stops its nodes) instead of hanging it
+    });
     await waitForClusterOk(nodes.map((n) => n.port));
     // Every node's view, since a client asks whichever node it likes.
     await Promise.all(nodes.map((n) => waitForReplicas(n.port, masters)));
@@ -73,7 +86,7 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     await stop();
     throw error;
   }
-  const startupNodes = nodes.map((n) => ({ host: '127.0.0.1', port: n.port }));
+  const startupNodes = nodes.map((n) => ({ host: '127.0.0.1', port: n.tlsPort ?? n.port }));
   return {
     nodes,
     startupNodes,

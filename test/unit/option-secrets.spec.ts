@@ -29,7 +29,7 @@ const IN_STRINGS: Array<(secret: string) => string> = [
   (s) => `redis://cache.internal:6379?password=${s}`,
   (s) => `redis://default:${s}@10.0.0.1:7000`,
   (s) => `redis://ops:${s}@h1:7000,h2:7001`,
-  (s) => `valkey://app:${s}@cache:6379`,
+  (s) => `memcache://app:${s}@cache:6379`,
   (s) => `app:${s}@cache:6379`,
   (s) => `redis:/app:${s}@cache:6379`,
   (s) => `http://minio:${s}@minio.local:9000`,

@@ -16,7 +16,11 @@ describe('resolveModuleOptions', () => {
     ['a prefix with a space', { prefix: 'a b' }, 'option prefix: got "a b"'],
     ['a prefix with braces', { prefix: '{x}' }, 'option prefix'],
     ['a non-URL string', { redis: 'localhost:6379' }, 'option redis: got "localhost:6379", expected a URL starting with redis://'],
-    ['a wrong scheme, without echoing the password', { redis: 'valkey://app:s3c@ret@h:6379' }, 'option redis: got "valkey://***@h:6379"'],
+    [
+      'a wrong scheme, without echoing the password',
+      { redis: 'memcache://app:s3c@ret@h:6379' },
+      'option redis: got "memcache://***@h:6379"',
+    ],
     ['no scheme, without echoing the password', { redis: 'app:s3cret@h:6379' }, 'option redis: got "app:***@h:6379"'],
     ['a mistyped scheme, without echoing the password', { redis: 'redis:/app:s3cret@h:6379' }, 'option redis: got "redis:/***@h:6379"'],
     ['concurrency 0', { consumer: { concurrency: 0 } }, 'option consumer.concurrency: got 0'],
