@@ -165,6 +165,27 @@ describe('retry by time (maxRetryAgeMs)', () => {
     expect(letter.failedAt.getTime() - letter.firstFailedAt.getTime()).toBeGreaterThanOrEqual(1_500);
   });
 
+  it('starts a fresh budget for an entry handled again after a reset: the time of its earlier failures is forgotten once it was committed', async () => {
+    const app = await start([ShortBudget]);
+    dependency.up = false;
+    const published = await publishAll(app, [1]);
+    await waitFor(() => attemptsOf(1).length >= 2, 'entry 1 failing');
+    dependency.up = true;
+    await waitFor(async () => (await redis.get(keys.offset('short', 0))) === published[0].offset, 'entry 1 handled and committed');
+    const admin = app.get(EventrailAdmin);
+    expect(await admin.deadLetterCount('short')).toBe(0);
+    const earlier = attemptsOf(1).length;
+
+    // Handled again from the start, and failing again: its budget runs from this failure, not the first run's.
+    dependency.up = false;
+    await admin.resetOffsets('short', 'start', { force: true });
+    await waitFor(async () => (await admin.deadLetterCount('short')) === 1, 'entry 1 dead-lettered on the second run');
+    const [letter] = await admin.deadLetters('short');
+    const replayed = attemptsOf(1).slice(earlier);
+    expect(letter.firstFailedAt.getTime()).toBeGreaterThanOrEqual(replayed[0].at);
+    expect(letter.attempts).toBeGreaterThan(1);
+  });
+
   it('still dead-letters a NonRetryableError at once', async () => {
     const app = await start([Bookkeeper]);
     dependency.invalid.add(1);
