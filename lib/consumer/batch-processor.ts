@@ -1,3 +1,4 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../eventrail-message';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
 import { EventValidationError } from '../errors/event-validation.error';
@@ -17,6 +18,8 @@ import type { StopSignal } from './stop-signal';
 /** What the batch path borrows from `MessageProcessor`, so that both build messages, wait and give up the same way. */
 export interface DeliveryTools {
   decode(entry: RawEntry): Payload;
+  /** The schema of the entry's event in the group (a batch handler taking several events may have one per event). */
+  schemaOf(entry: RawEntry): StandardSchemaV1 | undefined;
   message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage;
   pause(stop: StopSignal, ms: number): Promise<boolean>;
   failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date>;
@@ -76,7 +79,8 @@ export class BatchProcessor {
         continue;
       }
       // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
-      const checked = binding.schema ? await validatedPayload(binding.schema, entries[index].event, payload) : payload;
+      const schema = this.tools.schemaOf(entries[index]);
+      const checked = schema ? await validatedPayload(schema, entries[index].event, payload) : payload;
       if (checked instanceof EventValidationError) {
         outcomes[index] = await this.tools.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
         continue;

@@ -8,13 +8,23 @@ export interface Unit<B> {
 }
 
 /**
+ * True when `a` and `b` are the same batch handler: one binding, or the
+ * bindings of one method for several of its events (`@OnEvent(['a', 'b'],
+ * { batch })` binds each event apart, all with the same `call`).
+ */
+function sameHandler<B extends { call?: unknown }>(a: B, b: B): boolean {
+  return a === b || (a.call !== undefined && a.call === b.call);
+}
+
+/**
  * Cuts a fetched batch into units, in log order. Consecutive entries routed
- * to the same batch handler form one batch of at most `maxSize`; an entry run
+ * to the same batch handler (whichever of its events) form one batch of at
+ * most `maxSize`; an entry run
  * on its own, or one of another batch handler, ends it. Entries passed over
  * (no handler in the group, replayed to another group, already done) end
  * nothing: they are done without a call. Pure, for unit tests.
  */
-export function formUnits<B extends { maxSize: number }>(routes: ReadonlyArray<Route<B>>): Array<Unit<B>> {
+export function formUnits<B extends { maxSize: number; call?: unknown }>(routes: ReadonlyArray<Route<B>>): Array<Unit<B>> {
   const units: Array<Unit<B>> = [];
   let open: Unit<B> | undefined;
   for (let i = 0; i < routes.length; i++) {
@@ -25,7 +35,7 @@ export function formUnits<B extends { maxSize: number }>(routes: ReadonlyArray<R
       units.push({ indexes: [i] });
       continue;
     }
-    if (open?.batch !== route || open.indexes.length >= route.maxSize) {
+    if (!open?.batch || !sameHandler(open.batch, route) || open.indexes.length >= route.maxSize) {
       open = { indexes: [], batch: route };
       units.push(open);
     }

@@ -214,6 +214,11 @@ export class MessageProcessor implements DeliveryTools {
     return this.memory.failingSince(partition, entry.offset, now);
   }
 
+  /** The schema the group's handlers of this entry's event share (see the explorer's `shareSchema`), if the event is typed. */
+  schemaOf(entry: RawEntry): StandardSchemaV1 | undefined {
+    return this.handlers.get(entry.event)?.[0]?.schema;
+  }
+
   /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */
   decode(entry: RawEntry): Payload {
     return decodePayload(entry);

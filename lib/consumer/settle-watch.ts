@@ -28,7 +28,9 @@ interface Pending {
  * dead-letter). Event-driven: each commit of a worker here is checked as it
  * lands; only partitions that no worker of this process owns (another
  * process's, or nobody's during a hand-over) are read from Redis, every
- * `REMOTE_CHECK_MS`, one GET each. Rejects with `SettleTimeoutError` after
+ * `REMOTE_CHECK_MS`, one GET each. The same tick also looks at the local
+ * committed offsets (no round trip), for a partition taken here already at
+ * its target, which no commit announces. Rejects with `SettleTimeoutError` after
  * `timeoutMs`, naming what is still behind.
  */
 export async function waitUntilSettled(
@@ -65,8 +67,12 @@ export async function waitUntilSettled(
       if (left.size === 0) done();
     };
     const checkRemote = async (): Promise<void> => {
+      if (reading) return;
       const remote = [...left].filter((entry) => entry.group.localCommitted(entry.partition) === undefined);
-      if (reading || remote.length === 0) return;
+      // A partition taken here since the last check may already be at its target (taken at the end of
+      // the log, or where another process had committed it to): no commit of it would tell.
+      if (remote.length < left.size) checkLocal();
+      if (remote.length === 0 || left.size === 0) return;
       reading = true;
       try {
         const { client, keys } = redis;

@@ -9,7 +9,8 @@
   KEYS[1] lease key
   KEYS[2] committed offset key
   KEYS[3] done-marks sorted set (event id scored by expiry ms)
-  KEYS[4] recovery hash (its "position" field)
+  KEYS[4] recovery hash (its "position" field; the failure memory's fields
+          are removed once the offset reaches the failing entry)
   KEYS[5] partition stream
 
   ARGV[1] lease token the caller holds ("<workerId>:<epoch>")
@@ -109,6 +110,13 @@ end
 if advance then
   local position, anchor = newPosition()
   storePosition(KEYS[4], offset, position, anchor)
+  -- The failure memory (markFailure-1.lua) of an entry now committed is over:
+  -- were it kept, the entry handled again later (a reset) would start its
+  -- retry budget already spent.
+  local failingAt = rcall("HGET", KEYS[4], "failingAt")
+  if failingAt and string.match(failingAt, "^%d+-%d+$") and idCompare(offset, failingAt) >= 0 then
+    rcall("HDEL", KEYS[4], "failingAt", "failingSince")
+  end
 end
 -- Neither can fail once the checks above passed.
 rcall("PEXPIRE", KEYS[1], ARGV[3])

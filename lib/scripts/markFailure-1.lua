@@ -5,7 +5,8 @@
   worker (never on the happy path): the first call for an entry stores the
   time given, later calls for the same entry (another worker, after a
   restart) return the stored one. One entry per partition is remembered: the
-  last one that started failing.
+  last one that started failing. A commit that reaches that entry
+  (commitOffset-5.lua) and an offset reset (resetOffset-6.lua) forget it.
 
   KEYS[1] recovery hash of the (group, partition) (fields failingAt, failingSince)
 

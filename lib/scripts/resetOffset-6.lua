@@ -51,6 +51,8 @@ local facts = streamFacts(KEYS[6])
 local position, anchor = plainPosition(facts, ARGV[1])
 if not position then position, anchor = countedPosition(facts), ARGV[1] end
 storePosition(KEYS[4], ARGV[1], position, anchor)
+-- Entries handled again get a fresh retry budget (markFailure-1.lua).
+rcall("HDEL", KEYS[4], "failingAt", "failingSince")
 rcall("DEL", KEYS[5])
 rcall("DEL", KEYS[1])
 rcall("SET", KEYS[2], ARGV[1])

@@ -1,7 +1,9 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
+import { z } from 'zod';
 import {
   BatchResult,
+  defineEvent,
   EventrailAdmin,
   EventrailConsumers,
   EventrailMessage,
@@ -111,6 +113,27 @@ class Hanger {
 }
 
 @Injectable()
+class TwoEvents {
+  @OnEvent(['ledger.entry', 'ledger.closed'], { group: 'two', batch: { maxSize: 10 } })
+  book(messages: Messages): void {
+    world.calls.push({ ns: ns(messages), attempt: messages[0].attempt });
+    for (const m of messages) world.handled.push(m.data.n);
+  }
+}
+
+/** Two typed events of one batch handler, each with its own schema: small entries, and large closings. */
+const SmallEntry = defineEvent('ledger.entry', z.object({ n: z.number().max(10) }));
+const LargeClosing = defineEvent('ledger.closed', z.object({ n: z.number().min(100) }));
+
+@Injectable()
+class TwoTypedEvents {
+  @OnEvent([SmallEntry, LargeClosing], { group: 'typed', batch: { maxSize: 10 } })
+  book(messages: Messages): void {
+    world.calls.push({ ns: ns(messages), attempt: messages[0].attempt });
+  }
+}
+
+@Injectable()
 class Clash {
   @OnEvent('ledger.entry', { group: 'ledger', batch: {} })
   book(): void {}
@@ -170,6 +193,33 @@ describe('batch handlers', () => {
     expect(world.calls.map((c) => c.ns.length)).toEqual([10, 10, 5]);
     expect(world.calls.flatMap((c) => c.ns)).toEqual(entries(1, 25).map((e) => (e.data as Data).n));
     expect(world.calls.every((c) => c.attempt === 1)).toBe(true);
+  });
+
+  it('batches the events of a batch handler that takes several, interleaved, in one call', async () => {
+    const inputs = entries(1, 6).map((input, i) => ({ ...input, event: i % 2 === 0 ? 'ledger.entry' : 'ledger.closed' }));
+    const { published } = await startWithBacklog([TwoEvents], inputs);
+    await waitFor(async () => (await committed('two')) === published[5].offset, 'the offset past the 6 entries');
+    expect(world.calls).toEqual([{ ns: [1, 2, 3, 4, 5, 6], attempt: 1 }]);
+  });
+
+  it("checks each message of a batch against its own event's schema when the batch handler takes several typed events", async () => {
+    // Published by name, so the publish side does not check: what a producer in another language may write.
+    const inputs: PublishInput[] = [
+      { event: 'ledger.entry', data: { n: 1 } },
+      { event: 'ledger.closed', data: { n: 200 } },
+      { event: 'ledger.entry', data: { n: 300 } }, // too large for an entry
+      { event: 'ledger.closed', data: { n: 2 } }, // too small for a closing
+    ];
+    const { app, published } = await startWithBacklog([TwoTypedEvents], inputs);
+    await waitFor(async () => (await committed('typed')) === published[3].offset, 'the offset past the 4 entries');
+    expect(world.calls).toEqual([{ ns: [1, 200], attempt: 1 }]);
+    const letters = await app.get(EventrailAdmin).deadLetters('typed');
+    expect(letters.map((l) => [l.reason, l.offset]).sort()).toEqual(
+      [
+        ['invalid', published[2].offset],
+        ['invalid', published[3].offset],
+      ].sort(),
+    );
   });
 
   it('waits up to maxWaitMs for a fuller batch, then calls with what is there', async () => {

@@ -165,6 +165,45 @@ describe('retry by time (maxRetryAgeMs)', () => {
     expect(letter.failedAt.getTime() - letter.firstFailedAt.getTime()).toBeGreaterThanOrEqual(1_500);
   });
 
+  it('starts a fresh budget for an entry handled again after a reset: the time of its earlier failures is forgotten once it was committed', async () => {
+    // A budget of ten minutes: nothing here depends on how fast the machine is.
+    const app = await start([Bookkeeper]);
+    dependency.up = false;
+    const published = await publishAll(app, [1]);
+    await waitFor(() => attemptsOf(1).length >= 2, 'entry 1 failing');
+    const memory = keys.recovery('books', 0);
+    expect(await redis.hget(memory, 'failingAt')).toBe(published[0].offset);
+    dependency.up = true;
+    await waitFor(async () => (await redis.get(keys.offset('books', 0))) === published[0].offset, 'entry 1 handled and committed');
+    // The commit that reached the entry ended its failure memory.
+    expect(await redis.hmget(memory, 'failingAt', 'failingSince')).toEqual([null, null]);
+    const earlier = attemptsOf(1).length;
+
+    // Handled again from the start, and failing again: its budget runs from this failure, not the first run's.
+    dependency.up = false;
+    await app.get(EventrailAdmin).resetOffsets('books', 'start', { force: true });
+    await waitFor(() => attemptsOf(1).length >= earlier + 2, 'entry 1 failing on the second run');
+    const since = Number(await waitFor(() => redis.hget(memory, 'failingSince'), 'the failure remembered'));
+    expect(since).toBeGreaterThanOrEqual(attemptsOf(1)[earlier].at);
+    dependency.up = true;
+    await waitFor(() => dependency.handled.length === 2, 'entry 1 handled again');
+    expect(await app.get(EventrailAdmin).deadLetterCount('books')).toBe(0);
+  });
+
+  it('forgets the failure memory of a partition on an offset reset', async () => {
+    const app = await start([Bookkeeper]);
+    dependency.up = false;
+    const published = await publishAll(app, [1]);
+    const memory = keys.recovery('books', 0);
+    await waitFor(async () => (await redis.hget(memory, 'failingAt')) === published[0].offset, 'entry 1 failing');
+    await app.close();
+    apps = [];
+    // Reset while the entry is still failing (nothing committed past it): the replay starts a fresh budget too.
+    const admin = (await start([Bookkeeper], { autoStart: false })).get(EventrailAdmin);
+    await admin.resetOffsets('books', 'start');
+    expect(await redis.hmget(memory, 'failingAt', 'failingSince')).toEqual([null, null]);
+  });
+
   it('still dead-letters a NonRetryableError at once', async () => {
     const app = await start([Bookkeeper]);
     dependency.invalid.add(1);

@@ -10,7 +10,9 @@ import {
   OnEvent,
   SettleTimeoutError,
 } from '../../lib';
+import { waitUntilSettled, type SettlingGroup } from '../../lib/consumer/settle-watch';
 import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -147,6 +149,27 @@ describe('EventrailConsumers.settled()', () => {
       .then(() => [...state.handled]);
     state.gate.release();
     expect((await seenAtSettle).sort()).toEqual(keys.map((k) => `workers:${k}`).sort());
+  });
+
+  it('resolves when a partition is taken here after the wait began, already at its target, without a commit', async () => {
+    // A group that starts at the end takes a partition at its last entry and commits nothing: nothing else tells the wait.
+    const app = await start({ partitions: 1 }, []);
+    const [{ offset: target }] = await app.get(EventrailPublisher).publishMany(jobs(['a']));
+    let taken = false;
+    let asked = 0;
+    const late: SettlingGroup = {
+      name: 'late',
+      localCommitted: () => {
+        asked++;
+        return taken ? target : undefined;
+      },
+      onCommit: () => () => undefined,
+    };
+    const settling = waitUntilSettled(app.get(EventrailRedis), [late], Promise.resolve(), 5_000);
+    // Once the wait has looked at Redis for it (nothing committed there), the partition is taken here.
+    await waitFor(() => asked >= 3, 'the wait to check the partition');
+    taken = true;
+    await expect(settling).resolves.toBeUndefined();
   });
 
   it('checks its options, resolves at once without groups, and rejects when the consumers never run', async () => {

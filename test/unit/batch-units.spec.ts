@@ -25,6 +25,19 @@ describe('formUnits', () => {
     ]);
   });
 
+  it('keeps one batch across the events of one batch handler (one binding per event, the same call)', () => {
+    const book = (): void => undefined;
+    const entry = { maxSize: 3, call: book };
+    const closing = { maxSize: 3, call: book };
+    const other = { maxSize: 3, call: (): void => undefined };
+    const routes: Array<Route<{ maxSize: number; call: () => void }>> = [entry, closing, entry, closing, other];
+    expect(formUnits(routes)).toEqual([
+      { indexes: [0, 1, 2], batch: entry },
+      { indexes: [3], batch: closing },
+      { indexes: [4], batch: other },
+    ]);
+  });
+
   it('gives nothing for a fetch passed over entirely', () => {
     expect(formUnits(['skip', 'skip'])).toEqual([]);
   });
