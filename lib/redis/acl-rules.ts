@@ -9,7 +9,7 @@
 /** Commands of the full user: publisher, consumers, retention, dead letters, admin writes. */
 const FULL_COMMANDS = [
   ...['xadd', 'xread', 'xrange', 'xrevrange', 'xlen', 'xtrim', 'xdel', 'xinfo|stream'],
-  ...['get', 'set', 'del', 'incr', 'pexpire', 'pttl'],
+  ...['get', 'set', 'del', 'exists', 'incr', 'pexpire', 'pttl'],
   ...['hget', 'hset', 'hsetnx', 'hgetall', 'hdel', 'hincrby', 'hvals'],
   ...['zadd', 'zrange', 'zrangebyscore', 'zremrangebyscore', 'zrem', 'zmscore'],
   ...['sadd', 'srem', 'smembers', 'sismember'],
@@ -20,7 +20,9 @@ const FULL_COMMANDS = [
 /** Commands of the read-only user: the admin API's reads (dashboard, `eventrail status`, `groups`, `dlq list`, `tail`). */
 const READ_COMMANDS = [
   ...['xread', 'xrange', 'xrevrange', 'xlen', 'xinfo|stream'],
-  ...['get', 'pttl', 'hget', 'hgetall', 'hvals', 'zrange', 'zrangebyscore', 'zmscore', 'smembers', 'sismember'],
+  ...['get', 'exists', 'pttl', 'hget', 'hgetall', 'hvals', 'zrange', 'zrangebyscore', 'zmscore', 'smembers', 'sismember'],
+  // The O(1) lag read is a script (readLag-3). Scripts do not widen a user: Redis checks each command a script calls against the caller's ACL.
+  ...['evalsha', 'eval'],
   ...['time', 'ping', 'hello', 'auth', 'select', 'quit'],
 ];
 

@@ -70,6 +70,7 @@ export class ServerProbe {
 
 /** An ACL denial or a command the server does not have (renamed, disabled by the provider). */
 export function isRefusal(message: string): boolean {
-  // A denial inside MULTI arrives as `EXECABORT Transaction discarded because of: NOPERM ...`.
-  return /^(?:EXECABORT .*: )?(?:NOPERM|ERR unknown (?:sub)?command)/i.test(message);
+  // A denial inside MULTI arrives as `EXECABORT Transaction discarded because of: NOPERM ...`; one inside a
+  // Lua script, on Redis 7.0, as `ERR The user executing the script can't run this command or subcommand ...`.
+  return /^(?:EXECABORT .*: )?(?:NOPERM|ERR unknown (?:sub)?command|ERR The user executing the script can't run)/i.test(message);
 }
