@@ -19,3 +19,7 @@ export { pgConnector } from './outbox/connectors/pg.connector';
 export { schemaSql } from './outbox/outbox-schema';
 export { InvalidOutboxTransactionError } from './errors/invalid-outbox-transaction.error';
 export { OutboxSchemaMissingError } from './errors/outbox-schema-missing.error';
+export { typeormConnector } from './outbox/connectors/typeorm.connector';
+export { kyselyConnector } from './outbox/connectors/kysely.connector';
+export type { KyselyConnectorOptions } from './outbox/connectors/kysely.connector';
+export { drizzleConnector } from './outbox/connectors/drizzle.connector';

@@ -25,7 +25,8 @@ export interface InboxOptions {
 
 export interface EventrailOutboxModuleOptions {
   /** How to reach the database through the app's library: `pgConnector(pool)`, `typeormConnector(dataSource)`, ... */
-  connector: OutboxConnector<never>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- each connector has its library's transaction type
+  connector: OutboxConnector<any>;
   relay?: OutboxRelayOptions;
   inbox?: InboxOptions;
   /** Create the tables, trigger and index at startup (idempotent); else run `eventrail outbox migrate`. @default false */
