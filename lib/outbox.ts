@@ -23,3 +23,6 @@ export { typeormConnector } from './outbox/connectors/typeorm.connector';
 export { kyselyConnector } from './outbox/connectors/kysely.connector';
 export type { KyselyConnectorOptions } from './outbox/connectors/kysely.connector';
 export { drizzleConnector } from './outbox/connectors/drizzle.connector';
+export { EventrailOutboxAdmin } from './outbox/eventrail-outbox-admin';
+export type { OutboxOverview } from './outbox/eventrail-outbox-admin';
+export type { OutboxStatus } from './outbox/outbox-status.reader';

@@ -1,13 +1,14 @@
 import { DynamicModule, Module, Provider } from '@nestjs/common';
 import { EventrailInbox } from './eventrail-inbox';
 import { EventrailOutbox } from './eventrail-outbox';
+import { EventrailOutboxAdmin } from './eventrail-outbox-admin';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import { resolveOutboxOptions, type EventrailOutboxModuleAsyncOptions, type EventrailOutboxModuleOptions } from './outbox.options';
 import { EventrailOutboxRelay } from './outbox-relay';
 import { OutboxSchemaSetup } from './outbox-schema.setup';
 
-const PROVIDERS: Provider[] = [OutboxSchemaSetup, EventrailOutbox, EventrailInbox, EventrailOutboxRelay];
-const EXPORTS = [EVENTRAIL_OUTBOX_OPTIONS, EventrailOutbox, EventrailInbox, EventrailOutboxRelay];
+const PROVIDERS: Provider[] = [OutboxSchemaSetup, EventrailOutbox, EventrailInbox, EventrailOutboxRelay, EventrailOutboxAdmin];
+const EXPORTS = [EVENTRAIL_OUTBOX_OPTIONS, EventrailOutbox, EventrailInbox, EventrailOutboxRelay, EventrailOutboxAdmin];
 
 /**
  * The outbox and the inbox (`nestjs-eventrail/outbox`). Needs `EventrailModule`

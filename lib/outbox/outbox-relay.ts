@@ -6,12 +6,14 @@ import { EventrailError } from '../errors/eventrail.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { ReplicationTimeoutError } from '../errors/replication-timeout.error';
+import { MetricsHooks } from '../metrics/eventrail-metrics';
 import { EventrailPublisher, type PublishInput } from '../publisher/eventrail.publisher';
 import { describeError } from '../util/describe-error';
 import type { RelaySession, Row } from './connectors/outbox-connector';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
 import { LOCK_NAMESPACE, notifyChannel, qualified } from './outbox-schema';
+import { readOutboxStatus } from './outbox-status.reader';
 
 /** What the relay of this process did since it started. */
 export interface OutboxRelayStats {
@@ -58,12 +60,16 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private lost?: Error;
   private notified = false;
   private wake?: (reason: 'notify' | 'stop') => void;
+  private readonly metrics: MetricsHooks;
+  private lastSample = 0;
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
     @Inject(EVENTRAIL_OPTIONS) private readonly eventrail: ResolvedEventrailOptions,
     private readonly publisher: EventrailPublisher,
-  ) {}
+  ) {
+    this.metrics = new MetricsHooks(eventrail.metrics);
+  }
 
   onModuleInit(): void {
     if (this.options.relay.enabled && this.eventrail.dedupWindowMs === 0) {
@@ -149,6 +155,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
         continue;
       }
       redisFailures = 0;
+      await this.sample(session);
       if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
     }
   }
@@ -190,7 +197,9 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     await session.query(`delete from ${qualified(outboxTable)} where id = any($1::bigint[])`, [kept.map((row) => String(row.id))]);
     this.counters.batches++;
     this.counters.relayed += kept.length;
-    this.counters.duplicates += results.filter((result) => result.duplicate).length;
+    const duplicates = results.filter((result) => result.duplicate).length;
+    this.counters.duplicates += duplicates;
+    this.metrics.emit('onOutboxRelayed', outboxTable, kept.length, duplicates);
     return rows.length < relay.batchSize && !this.notified ? 'drained' : 'more';
   }
 
@@ -214,6 +223,15 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     this.logger.error(`Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}`);
     await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, String(row.id)]);
     this.counters.failedRows++;
+  }
+
+  /** Depth and age for `metrics.onOutboxStatus`, at most every `relay.pollIntervalMs` and only when the hook is set. */
+  private async sample(session: RelaySession): Promise<void> {
+    if (typeof this.eventrail.metrics.onOutboxStatus !== 'function' || Date.now() - this.lastSample < this.options.relay.pollIntervalMs)
+      return;
+    this.lastSample = Date.now();
+    const status = await readOutboxStatus((sql, params) => session.query(sql, params), this.options.outboxTable);
+    this.metrics.emit('onOutboxStatus', status.table, status.depth, status.oldestAgeMs ?? 0);
   }
 
   private poke(): void {
