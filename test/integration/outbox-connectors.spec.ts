@@ -120,7 +120,7 @@ describe('outbox connectors', () => {
     let prefix: string;
     let tables: ReturnType<typeof uniqueTables>;
     const count = async (table: string, where = 'true'): Promise<number> =>
-      Number((await pool.query(`select count(*) as n from ${table} where ${where}`)).rows[0].n);
+      Number((await library.connector.query(`select count(*) as n from ${table} where ${where}`, []))[0].n);
 
     beforeEach(async () => {
       library = await libraries[name]();
@@ -151,7 +151,7 @@ describe('outbox connectors', () => {
           throw new Rollback();
         }),
       ).rejects.toThrow(Rollback);
-      const { rows } = await pool.query(`select event_id, key from ${tables.outboxTable}`);
+      const rows = await library.connector.query(`select event_id, key from ${tables.outboxTable}`, []);
       expect(rows).toEqual([{ event_id: record.id, key: customer }]);
       expect(await count('orders', `customer = '${name}-rollback'`)).toBe(0);
       await expect(outbox.publish(library.notATransaction, 'order.placed', {})).rejects.toThrow(InvalidOutboxTransactionError);

@@ -14,6 +14,7 @@ export interface NodePgClient {
 export function nodePgSession(client: NodePgClient, destroy: () => void | Promise<void>): RelaySession {
   let lost: ((error: Error) => void) | undefined;
   let closed = false;
+  let inFlight = 0;
   const fail = (error?: Error): void => {
     if (closed) return;
     closed = true;
@@ -23,7 +24,12 @@ export function nodePgSession(client: NodePgClient, destroy: () => void | Promis
   client.on('end', fail);
   return {
     async query(sql, params = []) {
-      return (await client.query(sql, [...params])).rows;
+      inFlight++;
+      try {
+        return (await client.query(sql, [...params])).rows;
+      } finally {
+        inFlight--;
+      }
     },
     async listen(channel, onNotify) {
       client.on('notification', (message) => {
@@ -36,6 +42,9 @@ export function nodePgSession(client: NodePgClient, destroy: () => void | Promis
       lost = onLost;
     },
     async close() {
+      // Unlock first, so a successor takes over now rather than once the server has noticed the closed
+      // socket; not while a query is running (a standby waiting for the lock), which it would queue behind.
+      if (!closed && inFlight === 0) await client.query('select pg_advisory_unlock_all()').catch(() => undefined);
       closed = true;
       await destroy();
     },
