@@ -5,6 +5,7 @@ import { idle } from './idle';
 import { latency } from './latency';
 import { listLock } from './list-lock';
 import { memory } from './memory';
+import { outboxLatency, outboxRelay } from './outbox';
 import { publishBatch } from './publish-batch';
 import { publishCallers } from './publish-callers';
 import { waitingHandlers } from './waiting-handlers';
@@ -20,4 +21,6 @@ export const scenarioFactories: ScenarioFactory[] = [
   idle,
   listLock,
   cluster,
+  outboxRelay,
+  outboxLatency,
 ];

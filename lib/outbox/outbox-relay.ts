@@ -62,6 +62,8 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private wake?: (reason: 'notify' | 'stop') => void;
   private readonly metrics: MetricsHooks;
   private lastSample = 0;
+  /** Rows appended and acknowledged, deleted together with the next read (one round trip fewer per batch). */
+  private appended: string[] = [];
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -158,16 +160,18 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       await this.sample(session);
       if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
     }
+    // Stopping between batches: what Redis acknowledged goes now, not as a successor's duplicates.
+    if (this.appended.length > 0 && !this.lost) await this.deleteAppended(session);
   }
 
-  /** One batch: read, append, delete. `more` when the batch was full (look again at once). */
+  /**
+   * One batch: delete the previous batch and read the next in one statement, append, and delete at once
+   * only when nothing more is waiting. `more` when the next batch should be read at once.
+   */
   private async relayBatch(session: RelaySession): Promise<'more' | 'drained' | 'redis-down'> {
     const { outboxTable, relay } = this.options;
     this.notified = false;
-    const rows = await session.query(
-      `select id, event_id, event, key, partition, data, headers from ${qualified(outboxTable)} where failed is null order by id limit $1`,
-      [relay.batchSize],
-    );
+    const rows = await this.deleteAndRead(session);
     if (rows.length === 0) return 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
@@ -194,13 +198,40 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       this.logger.warn(`Outbox relay could not append ${kept.length} row(s) of ${outboxTable} (${describeError(error)}); retrying`);
       return 'redis-down';
     }
-    await session.query(`delete from ${qualified(outboxTable)} where id = any($1::bigint[])`, [kept.map((row) => String(row.id))]);
+    this.appended = kept.map((row) => String(row.id));
+    const more = rows.length === relay.batchSize || this.notified;
+    if (!more) await this.deleteAppended(session);
     this.counters.batches++;
     this.counters.relayed += kept.length;
     const duplicates = results.filter((result) => result.duplicate).length;
     this.counters.duplicates += duplicates;
     this.metrics.emit('onOutboxRelayed', outboxTable, kept.length, duplicates);
-    return rows.length < relay.batchSize && !this.notified ? 'drained' : 'more';
+    return more ? 'more' : 'drained';
+  }
+
+  /**
+   * The next rows in `id` order, after deleting the ones appended last. The read cannot see that
+   * statement's own delete (one snapshot), so it leaves those ids out itself.
+   */
+  private async deleteAndRead(session: RelaySession): Promise<Row[]> {
+    const table = qualified(this.options.outboxTable);
+    const columns = 'id, event_id, event, key, partition, data, headers';
+    const limit = this.options.relay.batchSize;
+    if (this.appended.length === 0) {
+      return session.query(`select ${columns} from ${table} where failed is null order by id limit $1`, [limit]);
+    }
+    const rows = await session.query(
+      `with gone as (delete from ${table} where id = any($1::bigint[]))
+       select ${columns} from ${table} where failed is null and id <> all($1::bigint[]) order by id limit $2`,
+      [this.appended, limit],
+    );
+    this.appended = [];
+    return rows;
+  }
+
+  private async deleteAppended(session: RelaySession): Promise<void> {
+    await session.query(`delete from ${qualified(this.options.outboxTable)} where id = any($1::bigint[])`, [this.appended]);
+    this.appended = [];
   }
 
   /** Finds the rows of a refused batch that the publisher refuses, and sets their `failed` so the rest can go on. */
