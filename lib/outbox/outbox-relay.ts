@@ -64,6 +64,11 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private lastSample = 0;
   /** Rows appended and acknowledged, deleted together with the next read (one round trip fewer per batch). */
   private appended: string[] = [];
+  /** Ids being deleted through the connector's pool (off the relay's path); reads leave them out until done. */
+  private readonly deleting = new Set<string>();
+  private readonly backgroundDeletes = new Set<Promise<void>>();
+  /** The next batch, read while the current one is appended (only after a full batch: more is likely waiting). */
+  private prefetched?: Promise<Row[]>;
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -95,6 +100,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const timer = setTimeout(() => void this.closeSession(), STOP_TIMEOUT_MS);
     await this.loop;
     clearTimeout(timer);
+    await Promise.all(this.backgroundDeletes);
   }
 
   isActive(): boolean {
@@ -131,6 +137,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private async lead(): Promise<void> {
     const { connector, outboxTable, relay } = this.options;
     this.lost = undefined;
+    this.prefetched = undefined; // a read on an earlier session
     const session = await connector.session();
     this.session = session;
     session.onLost((error) => {
@@ -161,18 +168,23 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
     }
     // Stopping between batches: what Redis acknowledged goes now, not as a successor's duplicates.
+    await (this.prefetched as Promise<Row[]> | undefined)?.catch(() => undefined); // set by relayBatch
+    this.prefetched = undefined;
+    await Promise.all(this.backgroundDeletes);
     if (this.appended.length > 0 && !this.lost) await this.deleteAppended(session);
   }
 
   /**
-   * One batch: delete the previous batch and read the next in one statement, append, and delete at once
-   * only when nothing more is waiting. `more` when the next batch should be read at once.
+   * One batch: delete the previous batch and read this one in one statement (or take it from the read
+   * made while the previous one was appended), append it, and delete it at once only when nothing more
+   * is waiting. `more` when the next batch should be read at once.
    */
   private async relayBatch(session: RelaySession): Promise<'more' | 'drained' | 'redis-down'> {
     const { outboxTable, relay } = this.options;
-    this.notified = false;
-    const rows = await this.deleteAndRead(session);
-    if (rows.length === 0) return 'drained';
+    const prefetched = this.prefetched;
+    this.prefetched = undefined;
+    const rows = await (prefetched ?? this.deleteAndRead(session, []));
+    if (rows.length === 0) return this.notified ? 'more' : 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
     for (const row of rows) {
@@ -185,9 +197,22 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     }
     if (inputs.length === 0) return 'more';
     let results;
+    const appending = this.publisher.publishMany(inputs);
+    // A full batch: read the next one meanwhile (PostgreSQL and Redis work at once). Rows of the same key
+    // as one in this batch have higher ids (the key lock), so the next batch never overtakes this one.
+    if (rows.length === relay.batchSize) {
+      this.prefetched = this.deleteAndRead(
+        session,
+        rows.map((row) => String(row.id)),
+      );
+      this.prefetched.catch(() => undefined); // awaited by the next batch, or below
+    }
     try {
-      results = await this.publisher.publishMany(inputs);
+      results = await appending;
     } catch (error) {
+      // Not appended: this batch is read again, so the read made after it is stale.
+      await this.prefetched?.catch(() => undefined);
+      this.prefetched = undefined;
       if (error instanceof RedisUnavailableError || error instanceof ReplicationTimeoutError || !(error instanceof EventrailError)) {
         this.logger.warn(
           `Outbox relay could not append ${rows.length} row(s) of ${outboxTable} (${describeError(error)}); they wait and are retried`,
@@ -198,9 +223,10 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       this.logger.warn(`Outbox relay could not append ${kept.length} row(s) of ${outboxTable} (${describeError(error)}); retrying`);
       return 'redis-down';
     }
-    this.appended = kept.map((row) => String(row.id));
-    const more = rows.length === relay.batchSize || this.notified;
-    if (!more) await this.deleteAppended(session);
+    this.appended.push(...kept.map((row) => String(row.id)));
+    const more = rows.length === relay.batchSize || this.notified || this.prefetched !== undefined;
+    // Nothing more waits: delete now, but on another connection, so a row committed meanwhile is read at once.
+    if (!more) this.deleteInBackground();
     this.counters.batches++;
     this.counters.relayed += kept.length;
     const duplicates = results.filter((result) => result.duplicate).length;
@@ -213,25 +239,67 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    * The next rows in `id` order, after deleting the ones appended last. The read cannot see that
    * statement's own delete (one snapshot), so it leaves those ids out itself.
    */
-  private async deleteAndRead(session: RelaySession): Promise<Row[]> {
+  private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Row[]> {
     const table = qualified(this.options.outboxTable);
     const columns = 'id, event_id, event, key, partition, data, headers';
     const limit = this.options.relay.batchSize;
-    if (this.appended.length === 0) {
-      return session.query(`select ${columns} from ${table} where failed is null order by id limit $1`, [limit]);
-    }
-    const rows = await session.query(
-      `with gone as (delete from ${table} where id = any($1::bigint[]))
-       select ${columns} from ${table} where failed is null and id <> all($1::bigint[]) order by id limit $2`,
-      [this.appended, limit],
-    );
+    const deleting = this.appended;
     this.appended = [];
-    return rows;
+    // A NOTIFY from here on may be for a row this read does not see: it makes the batch `more`.
+    this.notified = false;
+    try {
+      if (deleting.length === 0) {
+        return await session.query(
+          `select ${columns} from ${table} where failed is null and id <> all($1::bigint[]) order by id limit $2`,
+          [[...inFlight, ...this.deleting], limit],
+        );
+      }
+      return await session.query(
+        `with gone as (delete from ${table} where id = any($1::bigint[]))
+         select ${columns} from ${table} where failed is null and id <> all($2::bigint[]) order by id limit $3`,
+        [deleting, [...deleting, ...inFlight, ...this.deleting], limit],
+      );
+    } catch (error) {
+      this.appended = [...deleting, ...this.appended];
+      throw error;
+    }
+  }
+
+  /**
+   * Deletes the appended rows through the connector (a pooled connection): a delete needs no lock, since
+   * it only removes rows Redis acknowledged. A failure puts them back for the next read's delete.
+   */
+  private deleteInBackground(): void {
+    const ids = this.appended;
+    this.appended = [];
+    for (const id of ids) this.deleting.add(id);
+    const done = this.options.connector
+      .query(`delete from ${qualified(this.options.outboxTable)} where id = any($1::bigint[])`, [ids])
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          this.appended.push(...ids);
+          this.logger.debug(
+            `Outbox relay: deleting ${ids.length} appended row(s) failed (${describeError(error)}); retried with the next read`,
+          );
+        },
+      )
+      .finally(() => {
+        for (const id of ids) this.deleting.delete(id);
+        this.backgroundDeletes.delete(done);
+      });
+    this.backgroundDeletes.add(done);
   }
 
   private async deleteAppended(session: RelaySession): Promise<void> {
-    await session.query(`delete from ${qualified(this.options.outboxTable)} where id = any($1::bigint[])`, [this.appended]);
+    const deleting = this.appended;
     this.appended = [];
+    try {
+      await session.query(`delete from ${qualified(this.options.outboxTable)} where id = any($1::bigint[])`, [deleting]);
+    } catch (error) {
+      this.appended = [...deleting, ...this.appended];
+      throw error;
+    }
   }
 
   /** Finds the rows of a refused batch that the publisher refuses, and sets their `failed` so the rest can go on. */
