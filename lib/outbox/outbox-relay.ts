@@ -62,7 +62,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private wake?: (reason: 'notify' | 'stop') => void;
   private readonly metrics: MetricsHooks;
   private lastSample = 0;
-  /** Rows appended and acknowledged, deleted together with the next read (one round trip fewer per batch). */
+  /** Rows appended and acknowledged, not yet deleted: deleted by the next read's statement, or in the background. */
   private appended: string[] = [];
   /** Ids being deleted through the connector's pool (off the relay's path); reads leave them out until done. */
   private readonly deleting = new Set<string>();
@@ -114,13 +114,13 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private async run(): Promise<void> {
     let failures = 0;
     while (!this.stopping) {
+      let delay = 0;
       try {
         await this.lead();
         failures = 0;
       } catch (error) {
         if (this.stopping) break;
-        failures++;
-        const delay = retryDelayMs(failures, this.options.relay.retryBackoffMs, this.options.relay.retryBackoffMaxMs);
+        delay = retryDelayMs(++failures, this.options.relay.retryBackoffMs, this.options.relay.retryBackoffMaxMs);
         this.logger.warn(
           `Outbox relay of ${this.options.outboxTable} lost its database session (${describeError(error)}); retrying in ${delay} ms`,
         );
@@ -128,8 +128,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
         this.active = false;
         await this.closeSession();
       }
-      if (failures > 0)
-        await this.pause(retryDelayMs(failures, this.options.relay.retryBackoffMs, this.options.relay.retryBackoffMaxMs), false);
+      if (delay > 0) await this.pause(delay, false);
     }
   }
 

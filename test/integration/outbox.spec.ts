@@ -232,6 +232,22 @@ describe('outbox on pg', () => {
     }
   });
 
+  it('takes a new session and goes on when its database session is killed', async () => {
+    const app = await start({ relay: true });
+    const relay = app.get(EventrailOutboxRelay);
+    await waitFor(() => relay.isActive(), 'the relay is active');
+    const outbox = app.get(EventrailOutbox);
+    await inTransaction((client) => outbox.publish(client, 'a', { n: 1 }));
+    await waitFor(async () => (await rowCount()) === 0, 'the first row relayed');
+    // What a database restart or a network cut does to the relay's connection (and its lock).
+    const killed = await pool.query(`select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and granted`);
+    expect(killed.rowCount).toBe(1);
+    await waitFor(() => relay.stats().takeovers === 2 && relay.isActive(), 'the relay took the lock again on a new session');
+    await inTransaction((client) => outbox.publish(client, 'a', { n: 2 }));
+    await waitFor(async () => (await rowCount()) === 0, 'the second row relayed');
+    expect((await logEntries(redis, prefix)).map((e) => (e.data as { n: number }).n)).toEqual([1, 2]);
+  });
+
   it('has one active relay per log and table; another takes over when it stops', async () => {
     const first = await start({ relay: true });
     await waitFor(() => first.get(EventrailOutboxRelay).isActive(), 'the first relay is active');
