@@ -4,6 +4,7 @@ import { LoggerModule } from 'nestjs-pino';
 import { Registry } from 'prom-client';
 import { EventrailDashboardModule, EventrailModule } from 'nestjs-eventrail';
 import { EventrailHealthModule } from 'nestjs-eventrail/health';
+import { EventrailOutboxModule } from 'nestjs-eventrail/outbox';
 import { createPrometheusMetrics } from 'nestjs-eventrail/prometheus';
 import { AuditLogService } from './audit-log.service';
 import { GroupGauges } from './group-gauges';
@@ -14,6 +15,10 @@ import { MailerService } from './mailer.service';
 import { MetricsController } from './metrics.controller';
 import { MetricsModule } from './metrics.module';
 import { PaymentsController } from './payments.controller';
+import { BillingService } from './billing.service';
+import { OrdersController } from './orders.controller';
+import { SampleDatabase } from './sample-database';
+import { SampleDatabaseModule } from './sample-database.module';
 
 @Module({
   imports: [
@@ -33,7 +38,16 @@ import { PaymentsController } from './payments.controller';
         prefix: process.env.EVENTRAIL_PREFIX ?? 'eventrail-sample',
         partitions: 4,
         metrics: createPrometheusMetrics({ registry }),
+        // The outbox relay appends each row with its event id: dedup absorbs a batch it has to send again.
+        dedupWindowMs: 600_000,
       }),
+    }),
+    // The orders flow: POST /orders stages order.placed in the order's transaction; the relay appends it after commit.
+    SampleDatabaseModule,
+    EventrailOutboxModule.forRootAsync({
+      imports: [SampleDatabaseModule],
+      inject: [SampleDatabase],
+      useFactory: (database: SampleDatabase) => ({ connector: database.connector, ensureSchema: true }),
     }),
     TerminusModule,
     EventrailHealthModule,
@@ -44,7 +58,7 @@ import { PaymentsController } from './payments.controller';
       auth: process.env.EVENTRAIL_DASHBOARD_TOKEN ? { token: process.env.EVENTRAIL_DASHBOARD_TOKEN } : undefined,
     }),
   ],
-  controllers: [PaymentsController, LedgerController, HealthController, MetricsController],
-  providers: [MailerService, LedgerService, GroupGauges, AuditLogService],
+  controllers: [PaymentsController, OrdersController, LedgerController, HealthController, MetricsController],
+  providers: [MailerService, LedgerService, BillingService, GroupGauges, AuditLogService],
 })
 export class AppModule {}

@@ -13,6 +13,8 @@ export class HealthController {
   @Get()
   @HealthCheck()
   check(): Promise<HealthCheckResult> {
-    return this.health.check([() => this.eventrail.isHealthy('eventrail', { maxLag: 5000, maxDeadLetters: 100, timeoutMs: 1000 })]);
+    return this.health.check([
+      () => this.eventrail.isHealthy('eventrail', { maxLag: 5000, maxDeadLetters: 100, timeoutMs: 1000, maxOutboxAgeMs: 60_000 }),
+    ]);
   }
 }

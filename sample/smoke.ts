@@ -44,14 +44,53 @@ export async function runSmoke(app: INestApplication, baseUrl: string): Promise<
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const totals = await (await fetch(`${baseUrl}/ledger`)).json();
+  const orders = await ordersAreBilled(baseUrl, run, started);
+  if (orders === null) return false;
   if (!(await healthIsOk(baseUrl)) || !(await metricsAreExposed(baseUrl)) || !(await dashboardAnswers(app))) return false;
   console.log(
     `SAMPLE SMOKE OK: ${PAYMENTS} payments posted over HTTP, handled by groups mailer and ledger and by the batch handler of audit ` +
       `(${JSON.stringify(audit.stats())}) in ${Date.now() - started} ms; ` +
-      `GET /ledger: ${JSON.stringify(totals)}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present; ` +
+      `GET /ledger: ${JSON.stringify(totals)}; ${orders}; GET /health: ok; GET /metrics: eventrail_messages_processed_total and eventrail_group_members present; ` +
       `the logged dashboard link: the page, and its API listing both groups with the link's token`,
   );
   return true;
+}
+
+/**
+ * The orders flow: POST /orders saves orders and stages their events through the outbox; the relay
+ * appends them after commit and group `billing` writes one invoice per order through the inbox.
+ * Returns what it saw, or null (after saying why) when an invoice is missing.
+ */
+async function ordersAreBilled(baseUrl: string, run: string, started: number): Promise<string | null> {
+  const customer = `smoke-${run}`;
+  const placed: number[] = [];
+  for (const amountCents of [1250, 990]) {
+    const response = await fetch(`${baseUrl}/orders`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ customer, amountCents }),
+    });
+    if (response.status !== 201) {
+      console.error(`SAMPLE SMOKE FAILED: POST /orders answered ${response.status}: ${await response.text()}`);
+      return null;
+    }
+    placed.push(((await response.json()) as { orderId: number }).orderId);
+  }
+  const billed = async (): Promise<number[]> =>
+    ((await (await fetch(`${baseUrl}/invoices`)).json()) as Array<{ order_id: number }>).map((row) => row.order_id);
+  for (;;) {
+    const invoices = await billed();
+    if (placed.every((id) => invoices.includes(id))) {
+      return `POST /orders: ${placed.length} orders, each invoiced once by group billing through the outbox and the inbox`;
+    }
+    if (Date.now() - started > TIMEOUT_MS) {
+      console.error(
+        `SAMPLE SMOKE FAILED: after ${TIMEOUT_MS} ms, orders ${placed.join(', ')} not all invoiced: ${JSON.stringify(invoices)}`,
+      );
+      return null;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
 }
 
 /** Polls GET /health until it answers 200 with `status: "ok"`. */

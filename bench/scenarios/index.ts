@@ -7,6 +7,7 @@ import { lagCost } from './lag-cost';
 import { latency } from './latency';
 import { listLock } from './list-lock';
 import { memory } from './memory';
+import { outboxLatency, outboxRelay } from './outbox';
 import { publishBatch } from './publish-batch';
 import { publishCallers } from './publish-callers';
 import { scaling, scalingDrain } from './scaling';
@@ -27,4 +28,6 @@ export const scenarioFactories: ScenarioFactory[] = [
   lagCost,
   scaling,
   scalingDrain,
+  outboxRelay,
+  outboxLatency,
 ];

@@ -6,6 +6,7 @@ import type { CliRunner } from './cli.runner';
 import { registerDlqCommands } from './commands/dlq.command';
 import { registerGroupCommands } from './commands/groups.command';
 import { registerOffsetsCommands } from './commands/offsets.command';
+import { registerOutboxCommands } from './commands/outbox.command';
 import { registerPruneStaleCommand } from './commands/prune-stale.command';
 import { registerPublishCommand } from './commands/publish.command';
 import { registerRetentionCommands } from './commands/retention.command';
@@ -74,6 +75,7 @@ export function createProgram(runner: CliRunner): Command {
   registerPublishCommand(program, runner);
   registerPruneStaleCommand(program, runner);
   registerRetentionCommands(program, runner);
+  registerOutboxCommands(program, runner);
   return program;
 }
 

@@ -1,10 +1,12 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus';
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailConsumers } from '../consumer/eventrail-consumers';
 import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
+import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
+import { EventrailOutboxAdmin } from '../outbox/eventrail-outbox-admin';
 import { describeError } from '../util/describe-error';
 import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../option-checks';
 import { withTimeout } from '../util/timeout';
@@ -39,9 +41,15 @@ export interface EventrailHealthOptions {
   maxStallMs?: number;
   /** How long Redis has to answer the whole check before it is `down`. @default 1000 */
   timeoutMs?: number;
+  /**
+   * Oldest age a waiting outbox row may have (`nestjs-eventrail/outbox`); older and the check is `down`
+   * (no active relay, or Redis refusing its appends). The database has `timeoutMs` to answer too.
+   * @default no outbox check
+   */
+  maxOutboxAgeMs?: number;
 }
 
-const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs'] as const;
+const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs', 'maxOutboxAgeMs'] as const;
 const TIMED_OUT = Symbol('timed out');
 
 interface Inspection {
@@ -73,13 +81,17 @@ export class EventrailHealthIndicator {
     private readonly health: HealthIndicatorService,
     private readonly consumers: EventrailConsumers,
     private readonly admin: EventrailAdmin,
+    @Optional() private readonly outboxAdmin?: EventrailOutboxAdmin,
   ) {}
 
   async isHealthy<const Key extends string = 'eventrail'>(
     key: Key = 'eventrail' as Key,
     options: EventrailHealthOptions = {},
   ): Promise<HealthIndicatorResult<Key>> {
-    const { timeoutMs, ...limits } = validate(options);
+    const { timeoutMs, maxOutboxAgeMs, ...limits } = validate(options);
+    if (maxOutboxAgeMs !== undefined && !this.outboxAdmin) {
+      throw new InvalidOptionError('health.maxOutboxAgeMs', maxOutboxAgeMs, 'EventrailOutboxModule imported in the app');
+    }
     const indicator = this.health.check(key);
     // Not connected (reconnecting, closed): say so at once rather than wait out the timeout.
     const status = this.admin.connectionStatus();
@@ -113,6 +125,11 @@ export class EventrailHealthIndicator {
       ...(warnings.length > 0 ? { warnings } : {}),
     };
     const problems = Object.entries(groups).flatMap(([name, group]) => group.problems.map((problem) => `${name}: ${problem}`));
+    if (maxOutboxAgeMs !== undefined) {
+      const outbox = await this.checkOutbox(maxOutboxAgeMs, timeoutMs);
+      Object.assign(data, { outbox: outbox.data });
+      if (outbox.problem) problems.push(outbox.problem);
+    }
     return problems.length === 0 ? indicator.up(data) : indicator.down({ message: problems.join('; '), ...data });
   }
 
@@ -161,6 +178,19 @@ export class EventrailHealthIndicator {
     return { groups, nodes, evictionPolicies };
   }
 
+  /** The outbox table's depth and oldest row, against `maxOutboxAgeMs`; a database that does not answer is a problem too. */
+  private async checkOutbox(maxAgeMs: number, timeoutMs: number): Promise<{ data: unknown; problem?: string }> {
+    const admin = this.outboxAdmin as EventrailOutboxAdmin;
+    try {
+      const status = await withTimeout(admin.status(), timeoutMs, (): typeof TIMED_OUT => TIMED_OUT);
+      if (status === TIMED_OUT) return { data: null, problem: `outbox: the database did not answer within ${timeoutMs} ms` };
+      const tooOld = status.oldestAgeMs !== null && status.oldestAgeMs > maxAgeMs;
+      return { data: status, problem: tooOld ? `outbox: oldest row waits ${status.oldestAgeMs} ms, over ${maxAgeMs}` : undefined };
+    } catch (error) {
+      return { data: null, problem: `outbox: ${describeError(error)}` };
+    }
+  }
+
   private readGroup(name: string, signal: AbortSignal): Promise<GroupStatus | null> {
     return this.admin.group(name, { signal }).catch((error: unknown) => {
       if (error instanceof UnknownGroupError) return null;
@@ -179,7 +209,7 @@ function evictionWarnings(policies: readonly NodeEvictionPolicy[]): string[] {
     );
 }
 
-function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number } {
+function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number; maxOutboxAgeMs?: number } {
   checkObject('health', options, 'an object of health options');
   rejectUnknownKeys('health', options, OPTION_NAMES);
   const { maxLag, maxDeadLetters, maxStallMs, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
@@ -188,5 +218,6 @@ function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: n
     maxDeadLetters: optionalInteger('maxDeadLetters', maxDeadLetters, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
     maxStallMs: optionalInteger('maxStallMs', maxStallMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1 (milliseconds)'),
     timeoutMs: checkInteger('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1'),
+    maxOutboxAgeMs: optionalInteger('maxOutboxAgeMs', options.maxOutboxAgeMs, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0 (milliseconds)'),
   };
 }

@@ -24,6 +24,10 @@ export interface EventrailMetrics {
   onLeaseReleased?(group: string, partition: number): void;
   /** An entry was passed over: already done (idempotency) or no handler for its event in this group. */
   onMessageSkipped?(group: string, reason: SkipReason, offset: string): void;
+  /** The outbox relay appended a batch of `relayed` rows, `duplicates` of them already in the log (dedup). */
+  onOutboxRelayed?(table: string, relayed: number, duplicates: number): void;
+  /** The active outbox relay's sample of its table, every `relay.pollIntervalMs`: rows waiting and the oldest one's age (0 when none). */
+  onOutboxStatus?(table: string, depth: number, oldestAgeMs: number): void;
 }
 
 type Hook = keyof EventrailMetrics;

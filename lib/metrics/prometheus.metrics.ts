@@ -46,7 +46,24 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
       new Gauge({ ...config, help: 'Entries after the committed offset (sampled every heartbeat)', labelNames: ['group', 'partition'] }),
   );
 
+  const outboxRelayed = counter('outbox_relayed_total', 'Outbox rows the relay of this process appended to the log', ['table']);
+  const outboxDuplicates = counter('outbox_duplicates_total', 'Of those, appends producer dedup found already done', ['table']);
+  const outboxGauge = (name: string, help: string): Gauge => reuse(name, (config) => new Gauge({ ...config, help, labelNames: ['table'] }));
+  const outboxDepth = outboxGauge('outbox_depth', 'Outbox rows waiting for the relay (sampled by the active relay)');
+  const outboxAge = outboxGauge(
+    'outbox_oldest_age_seconds',
+    'Age of the oldest waiting outbox row, 0 when none (sampled by the active relay)',
+  );
+
   return {
+    onOutboxRelayed: (table, relayed, duplicates) => {
+      outboxRelayed.inc({ table }, relayed);
+      outboxDuplicates.inc({ table }, duplicates);
+    },
+    onOutboxStatus: (table, depth, oldestAgeMs) => {
+      outboxDepth.set({ table }, depth);
+      outboxAge.set({ table }, oldestAgeMs / 1000);
+    },
     onMessageProcessed: (group, event, durationMs) => {
       processed.inc({ group, event });
       duration.observe({ group, event }, durationMs / 1000);

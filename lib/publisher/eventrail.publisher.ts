@@ -152,6 +152,14 @@ export class EventrailPublisher {
     return this.send(prepared, replicated);
   }
 
+  /**
+   * Checks one event exactly as `publish` does and sends nothing (the outbox's check before it stores a
+   * row, so a refused event never waits in a table). Returns the partition it would be appended to.
+   */
+  check(event: string, data: unknown, options: PublishOptions = {}): { partition: number } {
+    return { partition: this.prepare(event, data, options, Date.now()).partition };
+  }
+
   private async send(prepared: Prepared[], replicated: boolean): Promise<PublishResult[]> {
     // Appends queued by earlier `publish` calls go first: a later call must not overtake them.
     this.appends.flush();

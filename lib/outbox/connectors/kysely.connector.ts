@@ -1,0 +1,94 @@
+import type { Pool } from 'pg';
+import type { Kysely, Transaction } from 'kysely';
+import { InvalidOutboxTransactionError } from '../../errors/invalid-outbox-transaction.error';
+import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
+import { importOptionalPeer } from '../../util/optional-peer';
+import type { OutboxConnector, RelaySession, Row } from './outbox-connector';
+import { nodePgSession, type NodePgClient } from './pg-session';
+
+export interface KyselyConnectorOptions {
+  /**
+   * The `pg` `Pool` given to Kysely's `PostgresDialect`. Kysely does not expose
+   * the driver's connection, so without it the relay holds a Kysely connection
+   * and cannot `LISTEN`: it finds new rows by polling (`relay.pollIntervalMs`).
+   */
+  pool?: Pool;
+}
+
+/**
+ * The outbox on Kysely (`PostgresDialect`). The transaction handle is the
+ * `Transaction` of `db.transaction().execute(...)`:
+ *
+ * ```ts
+ * await db.transaction().execute(async (trx) => {
+ *   await trx.insertInto('orders').values(order).execute();
+ *   await outbox.publish(trx, 'order.placed', { orderId: order.id }, { key: order.customerId });
+ * });
+ * ```
+ */
+export function kyselyConnector<DB>(db: Kysely<DB>, options: KyselyConnectorOptions = {}): OutboxConnector<Transaction<DB>> {
+  if (db === null || typeof db !== 'object' || typeof db.transaction !== 'function') {
+    throw new InvalidOutboxTransactionError('kysely', 'a Kysely instance');
+  }
+  const run = async (on: Kysely<DB>, sql: string, params: readonly unknown[]): Promise<Row[]> => {
+    const { CompiledQuery } = await importOptionalPeer(
+      () => import('kysely'),
+      (error) => new MissingPeerDependencyError('kysely', 'kyselyConnector', error),
+    );
+    return (await on.executeQuery<Row>(CompiledQuery.raw(sql, [...params]))).rows;
+  };
+  return {
+    name: 'kysely',
+    async execute(tx, sql, params) {
+      if (tx?.isTransaction !== true) {
+        throw new InvalidOutboxTransactionError('kysely', 'the Transaction of db.transaction().execute(...), not the Kysely instance');
+      }
+      return run(tx, sql, params);
+    },
+    transaction: (work) => db.transaction().execute(work),
+    query: (sql, params = []) => run(db, sql, params),
+    async session() {
+      if (options.pool) {
+        const client = await options.pool.connect();
+        return nodePgSession(client as unknown as NodePgClient, () => client.release(true));
+      }
+      return heldConnection(db, run);
+    },
+  };
+}
+
+/**
+ * A Kysely connection held until `close`: `db.connection().execute(fn)` keeps
+ * one connection for as long as `fn` runs. Kysely then returns it to its pool,
+ * so the relay unlocks before closing (a session lock must not stay behind).
+ */
+async function heldConnection<DB>(
+  db: Kysely<DB>,
+  run: (on: Kysely<DB>, sql: string, params: readonly unknown[]) => Promise<Row[]>,
+): Promise<RelaySession> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let lost: ((error: Error) => void) | undefined;
+  const connection = await new Promise<Kysely<DB>>((resolve, reject) => {
+    db.connection()
+      .execute(async (conn) => {
+        resolve(conn);
+        await released;
+      })
+      .catch((error: Error) => {
+        reject(error);
+        lost?.(error);
+      });
+  });
+  return {
+    query: (sql, params = []) => run(connection, sql, params),
+    listen: () => Promise.resolve(false),
+    onLost(onLost) {
+      lost = onLost;
+    },
+    async close() {
+      await run(connection, 'select pg_advisory_unlock_all()', []).catch(() => undefined);
+      release();
+    },
+  };
+}

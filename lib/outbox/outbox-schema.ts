@@ -1,0 +1,88 @@
+import { quoteIdentifier } from './connectors/pg-session';
+
+/** Tables of one outbox: names as given (`name` or `schema.name`), already validated. */
+export interface OutboxTables {
+  outbox: string;
+  inbox: string;
+}
+
+/**
+ * Namespace (the first key) of every advisory lock the outbox takes, so they
+ * never meet an app's own locks: "EVTR". The second key is `hashtext` of a
+ * string that names what is locked.
+ */
+export const LOCK_NAMESPACE = 0x45565452;
+
+/** `"schema"."name"` or `"name"`. */
+export function qualified(table: string): string {
+  return table.split('.').map(quoteIdentifier).join('.');
+}
+
+/** The NOTIFY channel of an outbox table: its name as given. */
+export function notifyChannel(table: string): string {
+  return table;
+}
+
+/**
+ * The DDL, idempotent (`if not exists`, `or replace`), as one script: what
+ * `eventrail outbox migrate` runs and prints, and what `ensureSchema` runs at
+ * startup. Needs PostgreSQL 14 or later (`create or replace trigger`).
+ *
+ * - `id` orders the rows: the relay appends them in `id` order. Two
+ *   transactions that publish the same key are serialised by a transaction
+ *   advisory lock on the key, taken in the insert, so their ids are also in
+ *   commit order (see eventrail-outbox.ts).
+ * - `data` and `headers` keep the JSON text that was validated, byte for byte
+ *   (`jsonb` would reorder keys).
+ * - `failed` is set when the relay cannot append a row (it no longer passes the
+ *   publisher's checks, say `partitions` changed); such rows stay, are counted
+ *   and skipped.
+ * - A statement trigger sends one `NOTIFY` per insert statement; PostgreSQL
+ *   delivers it at commit, which is when the relay should look.
+ */
+export function schemaSql(tables: OutboxTables): string {
+  const outbox = qualified(tables.outbox);
+  const inbox = qualified(tables.inbox);
+  const base = tables.outbox.split('.').pop() as string;
+  const inboxBase = tables.inbox.split('.').pop() as string;
+  const schema = tables.outbox.includes('.') ? `${quoteIdentifier(tables.outbox.split('.')[0])}.` : '';
+  const notifyFunction = `${schema}${quoteIdentifier(`${base}_notify`)}`;
+  return `create table if not exists ${outbox} (
+  id bigserial primary key,
+  event_id text not null,
+  event text not null,
+  key text,
+  partition integer,
+  data text not null,
+  headers text,
+  created_at timestamptz not null default now(),
+  failed text
+);
+create or replace function ${notifyFunction}() returns trigger language plpgsql as $$
+begin
+  perform pg_notify(TG_ARGV[0], '');
+  return null;
+end $$;
+create or replace trigger ${quoteIdentifier(`${base}_notify`)} after insert on ${outbox}
+  for each statement execute function ${notifyFunction}('${notifyChannel(tables.outbox).replace(/'/g, "''")}');
+create table if not exists ${inbox} (
+  group_name text not null,
+  event_id text not null,
+  handled_at timestamptz not null default now(),
+  primary key (group_name, event_id)
+);
+create index if not exists ${quoteIdentifier(`${inboxBase}_handled_at`)} on ${inbox} (handled_at);
+`;
+}
+
+/**
+ * The DDL in one transaction behind an advisory lock, so processes that start
+ * together do not race on `create table if not exists` (which can fail on a
+ * duplicate type when two run it at once).
+ */
+export function migrationSql(tables: OutboxTables): string {
+  return `begin;
+select pg_advisory_xact_lock(${LOCK_NAMESPACE}, hashtext('schema ${tables.outbox.replace(/'/g, "''")}'));
+${schemaSql(tables)}commit;
+`;
+}
