@@ -38,6 +38,8 @@ export function latency(size: Size): Scenario {
       variant('eventrail', 'eventrail, defaults'),
       variant('raw', 'raw `XREAD BLOCK` loop'),
       variant('bullmq', 'BullMQ Worker, concurrency 1'),
+      { id: 'er-to-raw', label: 'eventrail publish, raw XREAD BLOCK loop', events, run: (ctx) => measure(ctx, 'eventrail', durationMs, 'raw') },
+      { id: 'raw-to-er', label: 'raw XADD, eventrail consumer', events, run: (ctx) => measure(ctx, 'raw', durationMs, 'eventrail') },
     ],
     targets: [
       { label: 'latency p50 (ms)', variant: 'eventrail', metric: 'p50' },
@@ -80,9 +82,12 @@ export async function measure(
   const config: LatencyProducerConfig = { url: ctx.url, prefix: ctx.prefix, system, stream, ratePerSecond: RATE_PER_SECOND, durationMs };
   const expected = Math.round((RATE_PER_SECOND * durationMs) / 1000);
   const samples: number[] = [];
+  const arrivals: number[] = [];
   const countdown = new Countdown(expected);
   const record = (payload: BenchPayload): void => {
-    samples.push(hostNow() - payload.sentAt);
+    const now = hostNow();
+    samples.push(now - payload.sentAt);
+    if (process.env.LAT_DUMP) arrivals.push(now);
     countdown.hit();
   };
   const producer = new BenchChild('latency-producer', config);
@@ -95,6 +100,8 @@ export async function measure(
     producer.send({ type: 'start' });
     const { sent } = await producer.next('done', durationMs + 30_000);
     await countdown.wait(30_000, `${system} latency consumer`);
+    if (process.env.LAT_DUMP)
+      require('node:fs').writeFileSync(`${process.env.LAT_DUMP}-${system}-${consumerSystem}.json`, JSON.stringify({ samples, arrivals }));
     const metrics = { p50: percentile(samples, 50), p99: percentile(samples, 99), max: percentile(samples, 100) };
     return { metrics, expected: sent, done: countdown.count };
   } finally {

@@ -12,7 +12,8 @@ interface Waiting<T> {
  * Appends queued while the current tick runs (a loop of calls, or every
  * caller that a reply woke up) leave together on the next `process.nextTick`,
  * before any I/O: a lone caller waits for nothing, and a thousand callers
- * cost one socket write instead of a thousand. Unlike ioredis's
+ * cost one socket write instead of a thousand (their commands sent one by
+ * one with the socket corked, or as a pipeline where it cannot be). Unlike ioredis's
  * `enableAutoPipelining`, a batch never waits for the previous one to be
  * answered, and nothing else on the connection (commits, lease renewals)
  * is held back by it.
@@ -29,6 +30,11 @@ export class AppendCoalescer<T> {
     private readonly sendOne: (item: T) => Promise<unknown>,
     /** Sends many in one pipeline; one reply per item, in order. */
     private readonly sendMany: (items: T[]) => Promise<AppendReply[]>,
+    /**
+     * Runs a write of several `sendOne` calls so they leave in one socket
+     * write (`corkedWrite`); false when it cannot, and `sendMany` is used.
+     */
+    private readonly corked?: (write: () => void) => boolean,
   ) {}
 
   /** Queues `item`; settles with its reply, or rejects with its error (or the batch's). */
@@ -48,6 +54,7 @@ export class AppendCoalescer<T> {
       this.sendOne(only.item).then(only.resolve, only.reject);
       return;
     }
+    if (this.corked?.(() => this.sendEach(batch))) return;
     const items = new Array<T>(batch.length);
     for (let i = 0; i < batch.length; i++) items[i] = batch[i].item;
     this.sendMany(items).then(
@@ -63,4 +70,8 @@ export class AppendCoalescer<T> {
       },
     );
   };
+
+  private sendEach(batch: Array<Waiting<T>>): void {
+    for (const waiting of batch) this.sendOne(waiting.item).then(waiting.resolve, waiting.reject);
+  }
 }

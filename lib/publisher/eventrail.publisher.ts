@@ -18,6 +18,7 @@ import { validateEventName, validateHeaders, validateJsonData } from '../log/val
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
+import { corkedWrite } from '../redis/corked-write';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
 export interface PublishOptions {
@@ -90,6 +91,7 @@ export class EventrailPublisher {
     this.appends = new AppendCoalescer<Prepared>(
       (p) => this.redis.client.xadd(this.redis.keys.stream(p.partition), '*', ...p.fields),
       async (batch) => (await this.append(batch, false)).replies,
+      (write) => corkedWrite(this.redis.client, write),
     );
   }
 
@@ -225,6 +227,25 @@ export class EventrailPublisher {
 
   private async appendBatch(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
     const { keys, client } = this.redis;
+    const { replicas, timeoutMs } = this.options.replication;
+    // One connection: the commands sent one by one with the socket corked leave as one write, in order (cheaper than a pipeline).
+    const sent: Array<Promise<unknown>> = new Array(prepared.length);
+    let waited: Promise<unknown> | undefined;
+    const corked = corkedWrite(client, () => {
+      for (let i = 0; i < prepared.length; i++) sent[i] = this.appendOne(prepared[i]);
+      if (replicated) waited = client.wait(replicas, timeoutMs);
+    });
+    if (corked) {
+      const settled = await Promise.allSettled(waited ? [...sent, waited] : sent);
+      const replies: AppendReply[] = new Array(prepared.length);
+      for (let i = 0; i < prepared.length; i++) {
+        const outcome = settled[i];
+        replies[i] = outcome.status === 'fulfilled' ? [null, outcome.value] : [asError(outcome.reason), null];
+      }
+      if (!waited) return { replies, confirmed: Infinity };
+      const wait = settled[prepared.length];
+      return { replies, confirmed: wait.status === 'fulfilled' ? Number(wait.value) : 0 };
+    }
     const pipeline = eventrailPipeline(client);
     for (const p of prepared) {
       if (p.dedup && p.id !== undefined)
@@ -232,11 +253,18 @@ export class EventrailPublisher {
       else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
     }
     if (!replicated) return { replies: (await pipeline.exec()) ?? [], confirmed: Infinity };
-    const { replicas, timeoutMs } = this.options.replication;
     pipeline.wait(replicas, timeoutMs);
     const replies = (await pipeline.exec()) ?? [];
     const [waitError, confirmed] = replies.pop() ?? [new Error('no reply to WAIT'), 0];
     return { replies, confirmed: waitError ? 0 : Number(confirmed) };
+  }
+
+  /** Sends one append on the publisher's connection: an XADD, or the dedup script for an event with its own id. */
+  private appendOne(p: Prepared): Promise<unknown> {
+    const { keys, client } = this.redis;
+    if (p.dedup && p.id !== undefined)
+      return client.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
+    return client.xadd(keys.stream(p.partition), '*', ...p.fields);
   }
 
   /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */
@@ -301,6 +329,10 @@ export class EventrailPublisher {
       throw new RedisUnavailableError('the connection is not ready, the event was not appended');
     }
   }
+}
+
+function asError(reason: unknown): Error {
+  return reason instanceof Error ? reason : new Error(String(reason));
 }
 
 /** A batch is replicated if any of its events asks for it. */

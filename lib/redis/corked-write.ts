@@ -1,0 +1,32 @@
+import type { Cluster, Redis } from 'ioredis';
+
+interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
+/**
+ * Runs `write`, which sends commands on `client`, with the client's socket
+ * corked: the commands leave in one socket write (`writev`) when it returns,
+ * in the order they were sent, each with its own reply. That is what a
+ * pipeline does, without building one: the same 1000-XADD batches run about
+ * 1.2 times as fast corked as through an ioredis `Pipeline`, which allocates
+ * a promise, a result array and a queue per batch (docs/performance.md). False, with nothing sent,
+ * when there is no single socket to cork (a Cluster client routes each
+ * command to its own node's connection): the caller builds a pipeline then.
+ */
+export function corkedWrite(client: Redis | Cluster, write: () => void): boolean {
+  if ((client as { isCluster?: boolean }).isCluster === true) return false;
+  const stream = (client as unknown as { stream?: Partial<Corkable> }).stream;
+  if (typeof stream?.cork !== 'function' || typeof stream.uncork !== 'function') {
+    write();
+    return true;
+  }
+  stream.cork();
+  try {
+    write();
+  } finally {
+    stream.uncork();
+  }
+  return true;
+}
