@@ -38,7 +38,12 @@ export function latency(size: Size): Scenario {
       variant('eventrail', 'eventrail, defaults'),
       variant('raw', 'raw `XREAD BLOCK` loop'),
       variant('bullmq', 'BullMQ Worker, concurrency 1'),
-      { id: 'er-to-raw', label: 'eventrail publish, raw XREAD BLOCK loop', events, run: (ctx) => measure(ctx, 'eventrail', durationMs, 'raw') },
+      {
+        id: 'er-to-raw',
+        label: 'eventrail publish, raw XREAD BLOCK loop',
+        events,
+        run: (ctx) => measure(ctx, 'eventrail', durationMs, 'raw'),
+      },
       { id: 'raw-to-er', label: 'raw XADD, eventrail consumer', events, run: (ctx) => measure(ctx, 'raw', durationMs, 'eventrail') },
     ],
     targets: [
@@ -82,12 +87,9 @@ export async function measure(
   const config: LatencyProducerConfig = { url: ctx.url, prefix: ctx.prefix, system, stream, ratePerSecond: RATE_PER_SECOND, durationMs };
   const expected = Math.round((RATE_PER_SECOND * durationMs) / 1000);
   const samples: number[] = [];
-  const arrivals: number[] = [];
   const countdown = new Countdown(expected);
   const record = (payload: BenchPayload): void => {
-    const now = hostNow();
-    samples.push(now - payload.sentAt);
-    if (process.env.LAT_DUMP) arrivals.push(now);
+    samples.push(hostNow() - payload.sentAt);
     countdown.hit();
   };
   const producer = new BenchChild('latency-producer', config);
@@ -100,8 +102,6 @@ export async function measure(
     producer.send({ type: 'start' });
     const { sent } = await producer.next('done', durationMs + 30_000);
     await countdown.wait(30_000, `${system} latency consumer`);
-    if (process.env.LAT_DUMP)
-      require('node:fs').writeFileSync(`${process.env.LAT_DUMP}-${system}-${consumerSystem}.json`, JSON.stringify({ samples, arrivals }));
     const metrics = { p50: percentile(samples, 50), p99: percentile(samples, 99), max: percentile(samples, 100) };
     return { metrics, expected: sent, done: countdown.count };
   } finally {

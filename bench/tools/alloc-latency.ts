@@ -5,7 +5,11 @@ import Redis from 'ioredis';
 import { startRedisServer } from '../support/redis-server';
 import { measure } from '../scenarios/latency';
 
-interface Node { callFrame: { functionName: string; url: string; lineNumber: number }; selfSize: number; children: Node[] }
+interface Node {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: Node[];
+}
 
 async function main(): Promise<void> {
   const consumer = (process.argv[2] ?? 'eventrail') as 'eventrail' | 'raw';
@@ -16,8 +20,8 @@ async function main(): Promise<void> {
   await measure({ url: redis.url, admin, prefix: 'warm' }, 'raw', 2000, consumer);
   await session.post('HeapProfiler.startSampling', {
     samplingInterval: 512,
-    includeObjectsCollectedByMinorGC: true,
-    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: !process.env.LIVE && !process.env.PROMOTED,
+    includeObjectsCollectedByMajorGC: !process.env.LIVE,
   } as never);
   const m = await measure({ url: redis.url, admin, prefix: 'run' }, 'raw', 5000, consumer);
   const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: Node } };
@@ -36,8 +40,11 @@ async function main(): Promise<void> {
     for (const c of n.children) walk(c, [...stack, loc]);
   };
   walk(profile.head, []);
-  console.log(`${consumer}: ${m.metrics.p50} / ${m.metrics.p99} ms; sampled ${(total / 1e6).toFixed(1)} MB over ${m.done} events = ${(total / m.done).toFixed(0)} B/event`);
-  for (const [fn, size] of [...byFn].sort((a, b) => b[1] - a[1]).slice(0, 40)) console.log(`${(size / m.done).toFixed(0).padStart(6)} B/ev  ${fn}`);
+  console.log(
+    `${consumer}: ${m.metrics.p50} / ${m.metrics.p99} ms; sampled ${(total / 1e6).toFixed(1)} MB over ${m.done} events = ${(total / m.done).toFixed(0)} B/event`,
+  );
+  for (const [fn, size] of [...byFn].sort((a, b) => b[1] - a[1]).slice(0, 40))
+    console.log(`${(size / m.done).toFixed(0).padStart(6)} B/ev  ${fn}`);
   admin.disconnect();
   await redis.stop();
   process.exit(0);

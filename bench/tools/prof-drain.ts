@@ -16,13 +16,18 @@ async function main(): Promise<void> {
   for (let round = 0; round < 4; round++) {
     const N = 100_000;
     const countdown = new Countdown(N);
-    const app = await createEventrailApp({ url: redis.url, prefix: `d${round}`, consumer: { concurrency: 1, batchSize }, handler: async () => countdown.hit() });
+    const app = await createEventrailApp({
+      url: redis.url,
+      prefix: `d${round}`,
+      consumer: { concurrency: 1, batchSize },
+      handler: async () => countdown.hit(),
+    });
     await fillLog(app, N, 1000);
     if (round === 3) await session.post('Profiler.start');
     const started = performance.now();
     await startConsumers(app);
     await countdown.wait(60_000, 'drain');
-    console.log(`${(N / (countdown.finishedAt - started) * 1000).toFixed(0)}/s`);
+    console.log(`${((N / (countdown.finishedAt - started)) * 1000).toFixed(0)}/s`);
     if (round === 3) {
       const { profile } = await session.post('Profiler.stop');
       writeFileSync('/tmp/drain.cpuprofile', JSON.stringify(profile));
@@ -30,6 +35,8 @@ async function main(): Promise<void> {
     await app.close();
     await admin.flushall();
   }
-  admin.disconnect(); await redis.stop(); process.exit(0);
+  admin.disconnect();
+  await redis.stop();
+  process.exit(0);
 }
 void main();

@@ -12,8 +12,10 @@ async function main(): Promise<void> {
   for (let round = 0; round < 5; round++) {
     const started = performance.now();
     for (let i = 0; i < 100_000; i += 1000) await publisher.publishMany(batch);
-    console.log(`${(100_000 / (performance.now() - started) * 1000).toFixed(0)}/s`);
+    console.log(`${((100_000 / (performance.now() - started)) * 1000).toFixed(0)}/s`);
   }
-  await app.close(); await redis.stop(); process.exit(0);
+  await app.close();
+  await redis.stop();
+  process.exit(0);
 }
 void main();

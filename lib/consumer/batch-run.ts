@@ -12,6 +12,8 @@ import { logRecord } from '../util/log-record';
 
 type Entry = RawEntry | MalformedEntry;
 
+const NO_IDS: readonly string[] = Object.freeze([]);
+
 export interface BatchContext {
   partition: number;
   processor: MessageProcessor;
@@ -20,12 +22,6 @@ export interface BatchContext {
   stats: GroupStats;
   group: string;
   metrics: MetricsHooks;
-  /**
-   * With idempotency on: ids already recorded as done (checked once per batch).
-   * Entries with these ids, or with the id of an entry handled earlier in this
-   * batch, are skipped; handled ids are collected for the done-marks.
-   */
-  alreadyDone?: Set<string>;
 }
 
 /**
@@ -40,13 +36,25 @@ export class BatchRun {
   private readonly done: Uint8Array;
   private firstPending = 0;
   /** Event ids handled in this batch, for the idempotency done-marks. */
-  readonly handledIds: string[] = [];
+  private handled?: string[];
 
   constructor(
     readonly entries: readonly Entry[],
+    /** Shared by every batch of the worker: not copied per batch. */
     private readonly context: BatchContext,
+    /**
+     * With idempotency on: ids already recorded as done (checked once per batch).
+     * Entries with these ids, or with the id of an entry handled earlier in this
+     * batch, are skipped; handled ids are collected for the done-marks.
+     */
+    private readonly alreadyDone?: Set<string>,
   ) {
     this.done = new Uint8Array(entries.length);
+  }
+
+  /** Event ids handled in this batch, for the idempotency done-marks (none without idempotency). */
+  get handledIds(): readonly string[] {
+    return this.handled ?? NO_IDS;
   }
 
   get lastOffset(): string {
@@ -97,7 +105,8 @@ export class BatchRun {
 
   /** How each entry runs; entries passed over, and duplicates known before the batch, are done here. */
   private routes(): Array<Route<BatchBinding>> {
-    const { processor, alreadyDone } = this.context;
+    const { processor } = this.context;
+    const { alreadyDone } = this;
     const seen = new Set<string>();
     return this.entries.map((entry, i) => {
       if (!processor.wants(entry)) {
@@ -222,7 +231,8 @@ export class BatchRun {
   private settle(index: number, outcome: Outcome, started: number): boolean {
     if (!outcome) return false;
     this.done[index] = 1;
-    const { stats, alreadyDone, metrics } = this.context;
+    const { stats, metrics } = this.context;
+    const { alreadyDone } = this;
     if (outcome === HANDLED) {
       stats.handled++;
       if (metrics.wantsDuration) {
@@ -230,7 +240,7 @@ export class BatchRun {
       }
       if (alreadyDone) {
         const id = (this.entries[index] as RawEntry).id;
-        this.handledIds.push(id);
+        (this.handled ??= []).push(id);
         alreadyDone.add(id);
       }
     } else {
@@ -241,7 +251,8 @@ export class BatchRun {
 
   /** With idempotency on, an entry whose event id is already done is skipped without a call. */
   private isDuplicate(index: number): boolean {
-    const { alreadyDone, stats, metrics } = this.context;
+    const { stats, metrics } = this.context;
+    const { alreadyDone } = this;
     const entry = this.entries[index];
     if (!alreadyDone || isMalformed(entry) || !alreadyDone.has(entry.id)) return false;
     this.done[index] = 1;

@@ -37,7 +37,8 @@ export class CommitQueue {
       this.queued.mark = mark;
       for (const id of doneIds) this.queued.doneIds.push(id);
     } else {
-      this.queued = { mark, doneIds: [...doneIds] };
+      // Without idempotency there are no ids: nothing is copied.
+      this.queued = { mark, doneIds: doneIds.length === 0 ? [] : [...doneIds] };
     }
     if (!this.onIdle) this.idle = new Promise((resolve) => (this.onIdle = resolve));
     this.schedule();

@@ -105,7 +105,8 @@ export class MessageProcessor implements DeliveryTools {
       return this.afterFailure(entry, payload, [handler], partition, stop, error, 1);
     }
     if (!isThenable(result)) return HANDLED;
-    return Promise.resolve(result).then(
+    // A native promise is chained as it is; any other thenable is adopted first.
+    return (result instanceof Promise ? result : Promise.resolve(result)).then(
       () => HANDLED,
       (error: unknown) => this.afterFailure(entry, payload, [handler], partition, stop, error, 1),
     );

@@ -260,8 +260,13 @@ export class PartitionWorker {
     return all;
   }
 
-  /** Recovery check, idempotency lookup, then the batch itself. */
-  private async takeOn(entries: Entry[]): Promise<Step> {
+  /** Recovery check, idempotency lookup, then the batch itself; without either, straight to the batch (no extra async frame). */
+  private takeOn(entries: Entry[]): Promise<Step> {
+    if (!this.recovery.active && !this.params.options.enableIdempotency) return this.runBatch(new BatchRun(entries, this.batchContext));
+    return this.takeOnChecked(entries);
+  }
+
+  private async takeOnChecked(entries: Entry[]): Promise<Step> {
     if (this.recovery.active) {
       const verdict = await this.recovery.countDelivery(entries[0]);
       if (verdict === 'retry') return this.retryRead();
@@ -274,7 +279,7 @@ export class PartitionWorker {
       this.logger.warn(this.record(`idempotency check failed (${describeError(error)}); retrying`));
       return this.retryRead();
     }
-    return this.runBatch(new BatchRun(entries, { ...this.batchContext, alreadyDone }));
+    return this.runBatch(new BatchRun(entries, this.batchContext, alreadyDone));
   }
 
   private async runBatch(batch: BatchRun): Promise<Step> {
@@ -284,11 +289,15 @@ export class PartitionWorker {
     const recovering = this.recovery.active;
     this.recovery.consume(batch.entries.length);
     this.cursor = batch.lastOffset;
-    this.readFrom(this.cursor); // the next batch travels while this one is handled
-    await batch.run(this.params.options.concurrency);
+    // The first handler starts (up to its first await) before the next read is written to the socket, so
+    // the read's syscall is not on the way to the handler; the read then travels while the batch is handled.
+    const running = batch.run(this.params.options.concurrency);
+    this.readFrom(this.cursor);
+    await running;
     if (this.draining) return 'end'; // the stopper commits the low watermark
     const mark = batch.watermark();
-    if (!(await this.commitPipelined(mark, batch.handledIds, recovering))) return 'end';
+    const committing = this.commitPipelined(mark, batch.handledIds, recovering);
+    if (!(committing === true || (committing !== false && (await committing)))) return 'end';
     this.current = undefined;
     return batch.complete ? 'continue' : this.restartAt(mark ?? batchStart);
   }
@@ -301,7 +310,7 @@ export class PartitionWorker {
    * arrives. With `wait` (recovering), the commit lands before the next entry
    * starts. False when the lease was lost.
    */
-  private async commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): Promise<boolean> {
+  private commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): boolean | Promise<boolean> {
     if (this.lost) return false;
     if (mark !== undefined) this.commits.push(mark, handledIds);
     return wait ? this.commits.flush() : true;

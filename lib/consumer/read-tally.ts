@@ -47,7 +47,8 @@ export class ReadTally {
       this.runs = [];
       return;
     }
-    this.runs = this.runs.filter((run) => run.first <= at);
+    // Runs are in read order (ascending `first`): the ones a re-read replaces are at the end.
+    while (this.runs.length > 0 && this.runs[this.runs.length - 1].first > at) this.runs.pop();
     const last = this.runs[this.runs.length - 1];
     if (last && last.first + last.entries.length - 1 > at) {
       this.runs[this.runs.length - 1] = { first: last.first, entries: last.entries.slice(0, at - last.first + 1) };
@@ -77,7 +78,8 @@ export class ReadTally {
       this.runs = [];
     } else {
       this.baseOrdinal = at;
-      this.runs = this.runs.filter((run) => run.first + run.entries.length - 1 > at);
+      // The runs this commit passed are at the front.
+      while (this.runs.length > 0 && this.runs[0].first + this.runs[0].entries.length - 1 <= at) this.runs.shift();
     }
     return progress;
   }

@@ -102,28 +102,48 @@ export class EventrailPublisher {
   publish<T>(event: string, data: T, options?: PublishOptions): Promise<PublishResult>;
   /** A `defineEvent` definition: `data` is typed by its schema's input and checked by the schema before anything is sent. */
   publish<E extends EventRef>(event: E, data: PublishedData<E>, options?: PublishOptions): Promise<PublishResult>;
-  async publish(definitionOrName: EventRef, data: unknown, options: PublishOptions = {}): Promise<PublishResult> {
-    // A definition's schema checks the data first (awaited only when the schema is asynchronous).
-    const named = publishedEventName(definitionOrName, data);
-    const event = typeof named === 'string' ? named : await named;
-    // OpenTelemetry (when installed): a PRODUCER span, its trace context in the headers.
-    const span = startPublishSpan(this.options, event, options);
-    if (span) return span.track(this.publishOne(event, data, span.input));
-    return this.publishOne(event, data, options);
+  publish(definitionOrName: EventRef, data: unknown, options: PublishOptions = {}): Promise<PublishResult> {
+    // Not an async function: the common call costs the append's promise and no frame of its own. Whatever
+    // throws here still reaches the caller as a rejection, never as a synchronous throw.
+    try {
+      // A definition's schema checks the data first (awaited only when the schema is asynchronous).
+      const named = publishedEventName(definitionOrName, data);
+      if (typeof named !== 'string') return named.then((event) => this.publishNamed(event, data, options));
+      return this.publishNamed(named, data, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  private async publishOne(event: string, data: unknown, options: PublishOptions): Promise<PublishResult> {
+  private publishNamed(event: string, data: unknown, options: PublishOptions): Promise<PublishResult> {
+    // OpenTelemetry (when installed): a PRODUCER span, its trace context in the headers.
+    const span = startPublishSpan(this.options, event, options);
+    if (!span) return this.publishOne(event, data, options);
+    let appended: Promise<PublishResult>;
+    try {
+      appended = this.publishOne(event, data, span.input);
+    } catch (error) {
+      appended = Promise.reject(error);
+    }
+    return span.track(appended); // ends the span with the outcome, refusals included
+  }
+
+  /** Throws on bad input (the caller turns that into a rejection). */
+  private publishOne(event: string, data: unknown, options: PublishOptions): Promise<PublishResult> {
     const prepared = this.prepare(event, data, options, Date.now());
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
-    if (replicated || prepared.dedup) return (await this.send([prepared], replicated))[0];
-    let offset: string;
-    try {
-      offset = (await this.appends.add(prepared)) as string;
-    } catch (error) {
-      throw new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
-    }
-    return { id: prepared.id ?? this.derivedId(prepared.partition, offset), partition: prepared.partition, offset };
+    if (replicated || prepared.dedup) return this.send([prepared], replicated).then((results) => results[0]);
+    return this.appends.add(prepared).then(
+      (offset) => ({
+        id: prepared.id ?? this.derivedId(prepared.partition, offset as string),
+        partition: prepared.partition,
+        offset: offset as string,
+      }),
+      (error: unknown) => {
+        throw new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
+      },
+    );
   }
 
   /**

@@ -17,6 +17,27 @@ describe('stream ids', () => {
     expect(compareStreamIds('1-1', '1-2')).toBe(-1);
   });
 
+  it('orders any two ids as their numbers do, leading zeros included (generated pairs)', () => {
+    // A small deterministic generator: parts of 1-20 digits, some with leading zeros, some equal.
+    let seed = 7;
+    const next = (n: number): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
+    const part = (): string => {
+      if (next(8) === 0) return '0';
+      const digits = Array.from({ length: 1 + next(20) }, () => String(next(10))).join('');
+      return next(6) === 0 ? `0${digits}` : digits.replace(/^0+(?=\d)/, '') || '0';
+    };
+    const sign = (x: bigint): number => (x === 0n ? 0 : x < 0n ? -1 : 1);
+    for (let i = 0; i < 5000; i++) {
+      const a = `${part()}-${part()}`;
+      const b = next(5) === 0 ? a : next(3) === 0 ? `${a.split('-')[0]}-${part()}` : `${part()}-${part()}`;
+      const [am, as] = a.split('-').map(BigInt);
+      const [bm, bs] = b.split('-').map(BigInt);
+      const expected = am !== bm ? sign(am - bm) : sign(as - bs);
+      expect([a, b, compareStreamIds(a, b)]).toEqual([a, b, expected]);
+      expect(compareStreamIds(b, a)).toBe(expected === 0 ? 0 : -expected);
+    }
+  });
+
   it('accepts only complete ids whose parts fit in 64 bits, as Redis does', () => {
     expect(isStreamId('1700000000000-0')).toBe(true);
     expect(isStreamId('18446744073709551615-18446744073709551615')).toBe(true);
