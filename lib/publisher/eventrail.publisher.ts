@@ -19,6 +19,7 @@ import type { EventDefinition, EventInput, EventRef } from '../events/event-defi
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
 import { corkedWrite } from '../redis/corked-write';
+import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
 export interface PublishOptions {
@@ -64,6 +65,10 @@ export type PublishedData<E extends EventRef> = E extends EventDefinition ? Even
 export type CheckedInput<I> = I extends { event: infer D extends EventDefinition } ? Omit<I, 'data'> & { data: EventInput<D> } : I;
 
 const MAX_ID_LENGTH = 200;
+/** Most events in one appendMany call. */
+const RUN_EVENTS = 1000;
+/** About the most field characters in one appendMany call (a call is one command: Redis buffers it whole). */
+const RUN_BYTES = 4 * 1024 * 1024;
 const MAX_KEY_LENGTH = 1024;
 
 interface Prepared {
@@ -83,6 +88,8 @@ interface Prepared {
 export class EventrailPublisher {
   /** Concurrent `publish` calls leave together, one pipeline per tick. */
   private readonly appends: AppendCoalescer<Prepared>;
+  /** Whether the appendMany script runs here (see `appendManyWorks`). */
+  private appendManyChecked?: Promise<boolean>;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -248,23 +255,20 @@ export class EventrailPublisher {
   private async appendBatch(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
     const { keys, client } = this.redis;
     const { replicas, timeoutMs } = this.options.replication;
-    // One connection: the commands sent one by one with the socket corked leave as one write, in order (cheaper than a pipeline).
-    const sent: Array<Promise<unknown>> = new Array(prepared.length);
+    const scripted = prepared.length > 1 && !this.redis.isCluster && (await this.appendManyWorks());
+    // One connection: the commands sent with the socket corked leave as one write, in order (cheaper than a pipeline).
+    const replies: AppendReply[] = new Array(prepared.length);
+    const sent: Array<Promise<void>> = [];
     let waited: Promise<unknown> | undefined;
     const corked = corkedWrite(client, () => {
-      for (let i = 0; i < prepared.length; i++) sent[i] = this.appendOne(prepared[i]);
+      if (scripted) this.sendRuns(prepared, replies, sent);
+      else for (let i = 0; i < prepared.length; i++) sent.push(this.settleInto(replies, i, this.appendOne(prepared[i])));
       if (replicated) waited = client.wait(replicas, timeoutMs);
     });
     if (corked) {
-      const settled = await Promise.allSettled(waited ? [...sent, waited] : sent);
-      const replies: AppendReply[] = new Array(prepared.length);
-      for (let i = 0; i < prepared.length; i++) {
-        const outcome = settled[i];
-        replies[i] = outcome.status === 'fulfilled' ? [null, outcome.value] : [asError(outcome.reason), null];
-      }
+      await Promise.all(sent);
       if (!waited) return { replies, confirmed: Infinity };
-      const wait = settled[prepared.length];
-      return { replies, confirmed: wait.status === 'fulfilled' ? Number(wait.value) : 0 };
+      return { replies, confirmed: await waited.then(Number, () => 0) };
     }
     const pipeline = eventrailPipeline(client);
     for (const p of prepared) {
@@ -274,9 +278,95 @@ export class EventrailPublisher {
     }
     if (!replicated) return { replies: (await pipeline.exec()) ?? [], confirmed: Infinity };
     pipeline.wait(replicas, timeoutMs);
-    const replies = (await pipeline.exec()) ?? [];
-    const [waitError, confirmed] = replies.pop() ?? [new Error('no reply to WAIT'), 0];
-    return { replies, confirmed: waitError ? 0 : Number(confirmed) };
+    const answered = (await pipeline.exec()) ?? [];
+    const [waitError, confirmed] = answered.pop() ?? [new Error('no reply to WAIT'), 0];
+    return { replies: answered, confirmed: waitError ? 0 : Number(confirmed) };
+  }
+
+  /**
+   * Sends `prepared` as runs: per partition, in order, consecutive events
+   * without their own id go as one appendMany script call (at most
+   * `RUN_EVENTS` events and about `RUN_BYTES` of fields each, so a call stays
+   * far below Redis's query buffer limit); an event with dedup goes on its
+   * own, between the runs around it. Order holds per partition, which is what
+   * is promised; the commands leave in the order they are sent here.
+   */
+  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>): void {
+    const byPartition = new Map<number, number[]>();
+    for (let i = 0; i < prepared.length; i++) {
+      const indexes = byPartition.get(prepared[i].partition);
+      if (indexes) indexes.push(i);
+      else byPartition.set(prepared[i].partition, [i]);
+    }
+    for (const [partition, indexes] of byPartition) {
+      let run: number[] = [];
+      let args: Array<string | number> = [];
+      let bytes = 0;
+      const flush = (): void => {
+        if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
+        else if (run.length > 1)
+          sent.push(this.settleRun(replies, run, this.redis.client.eventrailAppendMany(this.redis.keys.stream(partition), ...args)));
+        run = [];
+        args = [];
+        bytes = 0;
+      };
+      for (const index of indexes) {
+        const p = prepared[index];
+        if (p.dedup) {
+          flush();
+          sent.push(this.settleInto(replies, index, this.appendOne(p)));
+          continue;
+        }
+        args.push(p.fields.length);
+        for (const field of p.fields) {
+          args.push(field);
+          bytes += field.length;
+        }
+        run.push(index);
+        if (run.length >= RUN_EVENTS || bytes >= RUN_BYTES) flush();
+      }
+      flush();
+    }
+  }
+
+  /** Records one append's outcome at `index`. */
+  private settleInto(replies: AppendReply[], index: number, append: Promise<unknown>): Promise<void> {
+    return append.then(
+      (reply) => void (replies[index] = [null, reply]),
+      (error: unknown) => void (replies[index] = [asError(error), null]),
+    );
+  }
+
+  /** Records a run's outcomes: the offsets of the events appended, the error for the ones after a failed append. */
+  private settleRun(replies: AppendReply[], run: number[], append: Promise<[string[], string?]>): Promise<void> {
+    return append.then(
+      ([offsets, failure]) => {
+        for (let i = 0; i < run.length; i++) {
+          replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new Error(failure ?? 'not appended'), null];
+        }
+      },
+      (error: unknown) => {
+        for (const index of run) replies[index] = [asError(error), null];
+      },
+    );
+  }
+
+  /**
+   * Whether this connection may run the appendMany script: asked once, with a
+   * call that appends nothing. Where scripting is refused (an ACL without
+   * EVALSHA, a provider that disables it), `publishMany` sends one XADD per
+   * event instead, as before the script existed.
+   */
+  private appendManyWorks(): Promise<boolean> {
+    this.appendManyChecked ??= this.redis.client.eventrailAppendMany(this.redis.keys.stream(0)).then(
+      () => true,
+      (error: unknown) => {
+        if (isRefusal(describeError(error))) return false;
+        this.appendManyChecked = undefined; // not a refusal (a lost connection): ask again next time
+        return true;
+      },
+    );
+    return this.appendManyChecked;
   }
 
   /** Sends one append on the publisher's connection: an XADD, or the dedup script for an event with its own id. */

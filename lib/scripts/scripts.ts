@@ -77,6 +77,8 @@ export interface EventrailCommands {
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
+  /** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made (appendMany-1.lua). */
+  eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
   eventrailTrimLog(
     stream: string,
@@ -109,6 +111,7 @@ const SCRIPTS = [
   'dropGroup-6',
   'dropGroupPartition-4',
   'publishDedup-2',
+  'appendMany-1',
   'resetOffset-6',
   'readLag-3',
   'reanchorPosition-2',

@@ -3,6 +3,7 @@ import { TerminusModule } from '@nestjs/terminus';
 import Redis from 'ioredis';
 import { EventrailAdmin, eventrailAclRules, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
+import { EventrailKeys } from '../../lib/log/keys';
 import { aclLog, createAclUser } from '../support/acl';
 import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
@@ -74,6 +75,27 @@ describe('refused server commands', () => {
       eventrail: { evictionPolicies: unknown[] };
     };
     expect(report.eventrail.evictionPolicies).toEqual([{ node: `127.0.0.1:${server.port}`, policy: 'noeviction' }]);
+  });
+
+  it('as a user without scripting: publish and publishMany append one XADD per event, in order', async () => {
+    const prefix = uniquePrefix('noscript');
+    await createAclUser(root, 'noscript', 'pw', `${eventrailAclRules(prefix).full} -evalsha -eval`);
+    const app = await createApp({ redis: `redis://noscript:pw@127.0.0.1:${server.port}`, prefix });
+    apps.push(app);
+    const publisher = app.get(EventrailPublisher);
+    const results = await publisher.publishMany(Array.from({ length: 30 }, (_, n) => ({ event: 'plain', data: { n } })));
+    await publisher.publish('plain', { n: 30 });
+    const entries = await root.xrange(new EventrailKeys(prefix, 1).stream(0), '-', '+');
+    expect(entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual(Array.from({ length: 31 }, (_, n) => n));
+    expect(results.map((r) => r.offset)).toEqual(entries.slice(0, 30).map(([offset]) => offset));
+    // Asked once whether the script may run; refused, it is not sent again.
+    await publisher.publishMany([
+      { event: 'plain', data: { n: 31 } },
+      { event: 'plain', data: { n: 32 } },
+    ]);
+    const denied = (await aclLog(root, 'noscript')).filter((d) => d.object === 'evalsha' || d.object === 'eval');
+    expect(denied.reduce((sum, d) => sum + d.count, 0)).toBeGreaterThanOrEqual(1);
+    expect(denied.reduce((sum, d) => sum + d.count, 0)).toBeLessThanOrEqual(2);
   });
 
   it('as a user without INFO, CONFIG, ROLE or WAIT: works, warns once about what it could not check, never asks again', async () => {

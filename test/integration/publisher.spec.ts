@@ -8,6 +8,7 @@ import {
   InvalidPublishOptionsError,
   partitionForKey,
   PayloadTooLargeError,
+  RedisUnavailableError,
 } from '../../lib';
 import { derivedEventId } from '../../lib/log/event-id';
 import { EventrailKeys } from '../../lib/log/keys';
@@ -120,6 +121,56 @@ describe('EventrailPublisher', () => {
     const entries = await redis.xrange(keys.stream(partition), results[0].offset, '+');
     const ns = entries.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n);
     expect(ns).toEqual(Array.from({ length: 50 }, (_, n) => n));
+  });
+
+  it('publishMany over several partitions, with dedup events between the others and more events than one script call takes, keeps each partition in call order', async () => {
+    // 2600 events over 4 partitions (runs of up to 1000 per appendMany call), every 97th with its own id (sent on its own, between runs).
+    const inputs = Array.from({ length: 2600 }, (_, n) => ({
+      event: 'mixed',
+      data: { n },
+      key: `k${n % 7}`,
+      ...(n % 97 === 0 ? { id: `mixed-${prefix}-${n}` } : {}),
+    }));
+    const results = await publisher.publishMany(inputs);
+    expect(results).toHaveLength(inputs.length);
+    results.forEach((r, n) => {
+      expect(r.partition).toBe(partitionForKey(`k${n % 7}`, 4));
+      if (n % 97 === 0) expect(r.id).toBe(`mixed-${prefix}-${n}`);
+      else expect(r.id).toBe(derivedEventId(keys.logTag, r.partition, r.offset));
+    });
+    for (let partition = 0; partition < 4; partition++) {
+      const mine = results.flatMap((r, n) => (r.partition === partition ? [n] : []));
+      if (mine.length === 0) continue;
+      const entries = await redis.xrange(keys.stream(partition), results[mine[0]].offset, results[mine[mine.length - 1]].offset);
+      const written = entries
+        .filter(([, f]) => f[f.indexOf('event') + 1] === 'mixed')
+        .map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n);
+      expect(written).toEqual(mine);
+      expect(entries.map(([offset]) => offset).filter((o) => mine.some((n) => results[n].offset === o))).toHaveLength(mine.length);
+    }
+  });
+
+  it('publishMany reports which events were not appended when one partition refuses them, and appends the others', async () => {
+    const other = uniquePrefix('pub-exhausted');
+    const otherKeys = new EventrailKeys(other, 2);
+    const otherApp = await createApp({ prefix: other, partitions: 2 });
+    try {
+      // A stream whose last id is the largest there is refuses every XADD *.
+      await redis.xadd(otherKeys.stream(1), '18446744073709551615-18446744073709551615', 'event', 'last', 'data', '{}');
+      const inputs = Array.from({ length: 40 }, (_, n) => ({ event: 'split', data: { n }, partition: n % 2 }));
+      const error = await otherApp
+        .get(EventrailPublisher)
+        .publishMany(inputs)
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(RedisUnavailableError);
+      expect(String((error as Error).message)).toContain('20 of 40 event(s) were not appended');
+      const appended = await redis.xrange(otherKeys.stream(0), '-', '+');
+      expect(appended.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual(Array.from({ length: 20 }, (_, i) => i * 2));
+      expect(await redis.xlen(otherKeys.stream(1))).toBe(1);
+    } finally {
+      await otherApp.close();
+      await deletePrefix(redis, other);
+    }
   });
 
   it('coalesces concurrent publish calls and keeps their call order, also against a publishMany sent right after', async () => {
