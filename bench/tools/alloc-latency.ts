@@ -1,5 +1,11 @@
-// Scratch: allocation sampling (including objects the scavenger collected) in the
-// latency consumer, by function. node -r @swc-node/register bench/tools/alloc-latency.ts <consumer: eventrail|raw>
+// Allocations per event in the latency scenario's consumer, by function: a raw
+// XADD producer process at 2000 events/s, the consumer (eventrail or the raw
+// XREAD BLOCK loop) in this process, V8's sampling heap profiler counting
+// what the scavenger collected too (LIVE=1: only what is still alive;
+// PROMOTED=1: what survived into old space). STACK_OF=<text> also prints the
+// call stacks of the functions whose name contains it.
+//
+//   node [--no-turbo-inlining] -r @swc-node/register bench/tools/alloc-latency.ts eventrail|raw
 import { Session } from 'node:inspector/promises';
 import Redis from 'ioredis';
 import { startRedisServer } from '../support/redis-server';

@@ -1,4 +1,7 @@
-// Scratch: allocation sampling of eventrail's publish at 2000/s (as the latency producer sends), by function.
+// Allocations per event of a producer publishing at 2000 events/s (as the
+// latency scenario's producer does), by function: eventrail `publish` or raw XADD.
+//
+//   node [--no-turbo-inlining] -r @swc-node/register bench/tools/alloc-producer.ts eventrail|raw
 import { Session } from 'node:inspector/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Redis from 'ioredis';

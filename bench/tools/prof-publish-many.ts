@@ -1,4 +1,7 @@
-// Scratch: CPU profile of publishMany alone (node --cpu-prof -r @swc-node/register bench/tools/prof-publish-many.ts).
+// A CPU profile of `publishMany` alone (1000 events a call, 5 x 100k events):
+//
+//   node --cpu-prof --cpu-prof-dir=/tmp/prof -r @swc-node/register bench/tools/prof-publish-many.ts
+//   node -r @swc-node/register bench/tools/profile-summary.ts /tmp/prof/*.cpuprofile --skip-ms 3000
 import { EventrailPublisher, PublishInput } from '../../lib';
 import { createEventrailApp } from '../support/eventrail-app';
 import { BENCH_EVENT, PAYLOAD } from '../support/payload';
