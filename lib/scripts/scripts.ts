@@ -76,6 +76,8 @@ export interface EventrailCommands {
   eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
+  /** The entries after `after`, at most `count`, as the MessagePack of XRANGE's answer (readBacklog-1.lua); read as a Buffer. */
+  eventrailReadBacklogBuffer(stream: string, after: string, count: number): Promise<Buffer>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
   eventrailTrimLog(
@@ -111,6 +113,7 @@ const SCRIPTS = [
   'publishDedup-2',
   'resetOffset-6',
   'readLag-3',
+  'readBacklog-1',
   'reanchorPosition-2',
   'markDelivery-1',
   'markFailure-1',
