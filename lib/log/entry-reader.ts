@@ -1,4 +1,4 @@
-import { entryOrReason, FIELD, type EntryOrigin, type MalformedEntry, type RawEntry } from './codec';
+import { entryOrReason, type EntryOrigin, type MalformedEntry, type RawEntry } from './codec';
 
 /**
  * `readEntry` over entries that arrive as bytes, with the same result for the
@@ -20,6 +20,23 @@ const DATA = 5;
 const HEADERS = 6;
 const TO = 7;
 
+/** Buffer's own decoders, which `toString` calls once it has checked its arguments; public on every Node this supports. */
+interface Slicers {
+  utf8Slice?(start: number, end: number): string;
+  latin1Slice?(start: number, end: number): string;
+}
+const SLICERS = Buffer.prototype as Slicers;
+const DIRECT = typeof SLICERS.utf8Slice === 'function' && typeof SLICERS.latin1Slice === 'function';
+
+/** `bytes[start, end)` as UTF-8 (invalid bytes replaced, as ioredis decodes them); callers have checked the bounds. */
+function utf8(bytes: Buffer, start: number, end: number): string {
+  return DIRECT ? (bytes as Buffer & Required<Slicers>).utf8Slice(start, end) : utf8(bytes, start, end);
+}
+
+function latin1(bytes: Buffer, start: number, end: number): string {
+  return DIRECT ? (bytes as Buffer & Required<Slicers>).latin1Slice(start, end) : bytes.toString('latin1', start, end);
+}
+
 /** The values of the wire format's fields found in one entry; reset before each. */
 class FoundFields {
   id: string | undefined = undefined;
@@ -39,25 +56,25 @@ class FoundFields {
   set(field: number, bytes: Buffer, start: number, end: number): void {
     switch (field) {
       case ID:
-        this.id = bytes.toString('utf8', start, end);
+        this.id = utf8(bytes, start, end);
         break;
       case EVENT:
-        this.event = bytes.toString('utf8', start, end);
+        this.event = utf8(bytes, start, end);
         break;
       case KEY:
-        this.key = bytes.toString('utf8', start, end);
+        this.key = utf8(bytes, start, end);
         break;
       case TIME:
-        this.time = bytes.toString('utf8', start, end);
+        this.time = utf8(bytes, start, end);
         break;
       case DATA:
-        this.data = bytes.toString('utf8', start, end);
+        this.data = utf8(bytes, start, end);
         break;
       case HEADERS:
-        this.headers = bytes.toString('utf8', start, end);
+        this.headers = utf8(bytes, start, end);
         break;
       case TO:
-        this.to = bytes.toString('utf8', start, end);
+        this.to = utf8(bytes, start, end);
         break;
     }
   }
@@ -72,7 +89,7 @@ const found = new FoundFields();
 
 /** One entry of an `xreadBuffer` reply: its id and its fields, each a Buffer. */
 export function readEntryBuffers(offsetBytes: Buffer, fields: Buffer[], origin: EntryOrigin): RawEntry | MalformedEntry {
-  const offset = offsetBytes.toString('latin1');
+  const offset = latin1(offsetBytes, 0, offsetBytes.length);
   found.reset();
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const name = fields[i];
@@ -96,7 +113,7 @@ export function readPackedEntries(packed: Buffer, origin: EntryOrigin): Array<Ra
   for (let e = 0; e < count; e++) {
     if (cursor.array() !== 2) throw new PackedReplyError(cursor.at, 'an entry that is not [id, fields]');
     const idLength = cursor.string();
-    const offset = packed.toString('latin1', cursor.at, cursor.at + idLength);
+    const offset = latin1(packed, cursor.at, cursor.at + idLength);
     cursor.at += idLength;
     const fieldCount = cursor.array();
     const fieldsAt = cursor.at;
@@ -125,34 +142,42 @@ function packedStrings(packed: Buffer, at: number, count: number): string[] {
   const strings = new Array<string>(count);
   for (let i = 0; i < count; i++) {
     const length = cursor.string();
-    strings[i] = packed.toString('utf8', cursor.at, cursor.at + length);
+    strings[i] = utf8(packed, cursor.at, cursor.at + length);
     cursor.at += length;
   }
   return strings;
 }
 
-/** The field the name at `bytes[at, at + length)` is: by its length, then every byte; `UNKNOWN` for any other name. */
-function fieldOf(bytes: Buffer, at: number, length: number): number {
+/**
+ * The field the name at `bytes[at, at + length)` is: by its length, then
+ * every byte (spelt out: this runs for every field of every entry read);
+ * `UNKNOWN` for any other name.
+ */
+function fieldOf(b: Buffer, at: number, length: number): number {
   switch (length) {
-    case 2:
-      return spells(bytes, at, FIELD.id) ? ID : spells(bytes, at, FIELD.to) ? TO : UNKNOWN;
-    case 3:
-      return spells(bytes, at, FIELD.key) ? KEY : UNKNOWN;
-    case 4:
-      return spells(bytes, at, FIELD.data) ? DATA : spells(bytes, at, FIELD.time) ? TIME : UNKNOWN;
-    case 5:
-      return spells(bytes, at, FIELD.event) ? EVENT : UNKNOWN;
-    case 7:
-      return spells(bytes, at, FIELD.headers) ? HEADERS : UNKNOWN;
+    case 2: // id, to
+      if (b[at] === 0x69) return b[at + 1] === 0x64 ? ID : UNKNOWN;
+      return b[at] === 0x74 && b[at + 1] === 0x6f ? TO : UNKNOWN;
+    case 3: // key
+      return b[at] === 0x6b && b[at + 1] === 0x65 && b[at + 2] === 0x79 ? KEY : UNKNOWN;
+    case 4: // data, time
+      if (b[at] === 0x64) return b[at + 1] === 0x61 && b[at + 2] === 0x74 && b[at + 3] === 0x61 ? DATA : UNKNOWN;
+      return b[at] === 0x74 && b[at + 1] === 0x69 && b[at + 2] === 0x6d && b[at + 3] === 0x65 ? TIME : UNKNOWN;
+    case 5: // event
+      return b[at] === 0x65 && b[at + 1] === 0x76 && b[at + 2] === 0x65 && b[at + 3] === 0x6e && b[at + 4] === 0x74 ? EVENT : UNKNOWN;
+    case 7: // headers
+      return b[at] === 0x68 &&
+        b[at + 1] === 0x65 &&
+        b[at + 2] === 0x61 &&
+        b[at + 3] === 0x64 &&
+        b[at + 4] === 0x65 &&
+        b[at + 5] === 0x72 &&
+        b[at + 6] === 0x73
+        ? HEADERS
+        : UNKNOWN;
     default:
       return UNKNOWN;
   }
-}
-
-/** The bytes at `at` are the ASCII `word`, compared first byte first. */
-function spells(bytes: Buffer, at: number, word: string): boolean {
-  for (let i = 0; i < word.length; i++) if (bytes[at + i] !== word.charCodeAt(i)) return false;
-  return true;
 }
 
 /** A packed reply that is not what readBacklog-1.lua sends. */
