@@ -30,7 +30,7 @@ const DIRECT = typeof SLICERS.utf8Slice === 'function' && typeof SLICERS.latin1S
 
 /** `bytes[start, end)` as UTF-8 (invalid bytes replaced, as ioredis decodes them); callers have checked the bounds. */
 function utf8(bytes: Buffer, start: number, end: number): string {
-  return DIRECT ? (bytes as Buffer & Required<Slicers>).utf8Slice(start, end) : utf8(bytes, start, end);
+  return DIRECT ? (bytes as Buffer & Required<Slicers>).utf8Slice(start, end) : bytes.toString('utf8', start, end);
 }
 
 function latin1(bytes: Buffer, start: number, end: number): string {

@@ -174,6 +174,24 @@ describe('reading entries from bytes', () => {
     expect(read[70_001]).toMatchObject({ offset: '2-69999', data: '69999' });
   });
 
+  it("reads the same through Buffer's toString where Node would not have utf8Slice and latin1Slice", () => {
+    const random = seededRandom(3);
+    const batch: Array<[string, Fields]> = Array.from({ length: 50 }, () => [randomOffset(random), randomFields(random)]);
+    const prototype = Buffer.prototype as unknown as Record<string, unknown>;
+    const own = { utf8Slice: prototype.utf8Slice, latin1Slice: prototype.latin1Slice };
+    let reader: typeof import('../../lib/log/entry-reader') | undefined;
+    // The module looks for them once, when loaded; toString needs them back before anything is read.
+    prototype.utf8Slice = prototype.latin1Slice = undefined;
+    try {
+      jest.isolateModules(() => (reader = jest.requireActual<typeof import('../../lib/log/entry-reader')>('../../lib/log/entry-reader')));
+    } finally {
+      Object.assign(prototype, own);
+    }
+    const want = batch.map(([offset, fields]) => expected(offset, fields));
+    expect(batch.map(([offset, fields]) => reader?.readEntryBuffers(Buffer.from(offset), fields, ORIGIN))).toEqual(want);
+    expect(reader?.readPackedEntries(pack(batch), ORIGIN)).toEqual(want);
+  });
+
   it('reads an empty batch', () => {
     expect(readPackedEntries(Buffer.from([0x90]), ORIGIN)).toEqual([]);
   });
