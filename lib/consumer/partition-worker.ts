@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { ResolvedConsumerOptions } from '../eventrail.options';
-import { EntryOrigin, isMalformed, MalformedEntry, RawEntry, readEntry } from '../log/codec';
+import { EntryOrigin, isMalformed, MalformedEntry, RawEntry } from '../log/codec';
 import { compareStreamIds } from '../log/stream-id';
-import { BLOCK_MS, XReadReply } from '../log/stream-read';
+import { BLOCK_MS } from '../log/stream-read';
 import type { MetricsHooks } from '../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError, errorStack } from '../util/describe-error';
@@ -14,6 +14,7 @@ import { CommitQueue } from './commit-queue';
 import type { GroupStats } from './group-stats';
 import type { PartitionLease } from './lease';
 import type { MessageProcessor } from './message-processor';
+import { PartitionReader } from './partition-reader';
 import { ReadTally } from './read-tally';
 import { RecoveryWindow } from './recovery-window';
 import type { Semaphore } from './semaphore';
@@ -74,6 +75,8 @@ export class PartitionWorker {
   private cursor: string;
   /** The read in flight, from `cursor`. */
   private next: Promise<Entry[]> = Promise.resolve([]);
+  /** Reads this partition: blocking while caught up, packed by Redis while behind. */
+  private reader?: PartitionReader;
   private loop?: Promise<void>;
   /** Commits leave from here, one in flight at a time, so no batch waits for the previous one's commit. */
   private readonly commits: CommitQueue;
@@ -368,12 +371,8 @@ export class PartitionWorker {
   private async read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return [];
-    const reply = (await connection.xread('COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.streamKey, after)) as XReadReply;
-    if (!reply || reply.length === 0) return [];
-    const raw = reply[0][1];
-    const entries = new Array<Entry>(raw.length);
-    for (let i = 0; i < raw.length; i++) entries[i] = readEntry(raw[i][0], raw[i][1], this.origin);
-    return entries;
+    this.reader ??= new PartitionReader(this.streamKey, this.origin);
+    return this.reader.read(connection, after, count, blockMs);
   }
 
   /** Commits through the fenced lease; false when the lease was lost or the commit's fate is unknown (the worker then aborts). */

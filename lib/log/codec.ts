@@ -143,14 +143,34 @@ export function readEntry(offset: string, fields: string[], origin: EntryOrigin)
         break;
     }
   }
-  if (!event) return { offset, fields, reason: 'missing field "event"', to };
-  if (data === undefined) return { offset, fields, reason: 'missing field "data"', to };
+  const entry = entryOrReason(offset, id, event, key, time, data, headers, to, origin);
+  return typeof entry === 'string' ? { offset, fields, reason: entry, to } : entry;
+}
+
+/**
+ * What the field values of an entry make: the entry, or why it is malformed.
+ * The one place that says what a readable entry is, for `readEntry` and the
+ * consumer's buffer reader (`entry-reader.ts`) alike.
+ */
+export function entryOrReason(
+  offset: string,
+  id: string | undefined,
+  event: string | undefined,
+  key: string | null,
+  time: string | undefined,
+  data: string | undefined,
+  headers: string | undefined,
+  to: string | undefined,
+  origin: EntryOrigin,
+): RawEntry | string {
+  if (!event) return 'missing field "event"';
+  if (data === undefined) return 'missing field "data"';
   let publishedAt: number;
   if (time === undefined) {
     publishedAt = Number(offset.slice(0, offset.indexOf('-')));
   } else {
     publishedAt = Number(time);
-    if (!Number.isFinite(publishedAt)) return { offset, fields, reason: 'field "time" is not a number of milliseconds', to };
+    if (!Number.isFinite(publishedAt)) return 'field "time" is not a number of milliseconds';
   }
   return { offset, id: id || derivedEventId(origin.logTag, origin.partition, offset), event, key, time: publishedAt, data, headers, to };
 }

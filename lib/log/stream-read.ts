@@ -7,3 +7,6 @@ export const BLOCK_MS = 10_000;
 
 /** What `XREAD` answers: per stream, its entries as `[id, fields]`; null when a block timed out. */
 export type XReadReply = Array<[stream: string, entries: Array<[id: string, fields: string[]]>]> | null;
+
+/** `XReadReply` as `xreadBuffer` answers it, every bulk string a Buffer. */
+export type XReadBufferReply = Array<[stream: Buffer, entries: Array<[id: Buffer, fields: Buffer[]]>]> | null;

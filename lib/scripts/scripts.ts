@@ -76,6 +76,8 @@ export interface EventrailCommands {
   eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
+  /** The entries after `after`, at most `count`, as the MessagePack of XRANGE's answer (readBacklog-1.lua); read as a Buffer. */
+  eventrailReadBacklogBuffer(stream: string, after: string, count: number): Promise<Buffer>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   /** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made (appendMany-1.lua). */
   eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
@@ -114,6 +116,7 @@ const SCRIPTS = [
   'appendMany-1',
   'resetOffset-6',
   'readLag-3',
+  'readBacklog-1',
   'reanchorPosition-2',
   'markDelivery-1',
   'markFailure-1',

@@ -1,5 +1,9 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
+import { Cluster } from 'ioredis';
 import {
   EventrailAdmin,
   EventrailConsumers,
@@ -120,6 +124,36 @@ describe('on Redis Cluster', () => {
     }
     const byApp = new Set(log.filter((l) => l.group === 'orders').map((l) => l.app));
     expect(byApp).toEqual(new Set([0, 1]));
+  });
+
+  it('drains a backlog with packed reads (readBacklog-1) on every primary, in per-key order', async () => {
+    prefix = 'backlog';
+    const sha = createHash('sha1')
+      .update(readFileSync(join(__dirname, '../../lib/scripts/readBacklog-1.lua'), 'utf8'))
+      .digest('hex');
+    const admin = new Cluster(cluster.startupNodes);
+    const loaded = async (): Promise<number[]> =>
+      (await Promise.all(admin.nodes('master').map((node) => node.script('EXISTS', sha) as Promise<number[]>))).flat();
+    try {
+      const publisherOnly = await boot({}, []);
+      const keys = Array.from({ length: 24 }, (_, k) => `key-${k}`);
+      const events = keys.flatMap((key) => Array.from({ length: 30 }, (_, seq) => ({ event: 'order.step', data: { key, seq }, key })));
+      await publisherOnly.get(EventrailPublisher).publishMany(events);
+      expect(await loaded()).toEqual([0, 0, 0]);
+
+      // 60 entries a partition on average, 10 a read: every partition reads packed after its first read.
+      await boot({ consumer: { batchSize: 10 } }, [Audit]);
+      await waitFor(
+        () => log.filter((l) => l.group === 'audit').length >= events.length,
+        () => `handled ${log.length} of ${events.length}`,
+        60_000,
+      );
+      for (const key of keys)
+        expect(log.filter((l) => l.key === key).map((l) => l.seq)).toEqual(Array.from({ length: 30 }, (_, seq) => seq));
+      expect(await loaded()).toEqual([1, 1, 1]);
+    } finally {
+      admin.disconnect();
+    }
   });
 
   it('runs dead letters, replay, dedup, idempotency, admin, retention and health on the cluster', async () => {

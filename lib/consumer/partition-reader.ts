@@ -1,0 +1,66 @@
+import { Logger } from '@nestjs/common';
+import type { Cluster, Redis } from 'ioredis';
+import type { EntryOrigin, MalformedEntry, RawEntry } from '../log/codec';
+import { readEntryBuffers, readPackedEntries } from '../log/entry-reader';
+import { XReadBufferReply } from '../log/stream-read';
+import { registerScripts } from '../scripts/scripts';
+import { describeError } from '../util/describe-error';
+
+type Entry = RawEntry | MalformedEntry;
+
+/**
+ * How a partition worker reads its stream. Caught up, it waits in
+ * `XREAD BLOCK`, read as Buffers (`readEntryBuffers`). Behind, when the last
+ * read came back full so more entries are there at once, it reads with
+ * `readBacklog-1.lua` instead, which packs the batch into one string on
+ * Redis's side: ioredis's per-value decoding was most of a drain's time, and
+ * reads are prefetched, so Redis packs one batch while the worker handles
+ * the one before. A packed read that comes back short means the worker
+ * caught up, and the next read blocks again: an idle worker never polls.
+ * One instance per worker, one read at a time.
+ */
+export class PartitionReader {
+  private readonly logger = new Logger(PartitionReader.name);
+  /** The last read came back full: the stream has more right away. */
+  private behind = false;
+  /** The server refused the packed read (no Lua `cmsgpack`, say): read with XREAD only, from then on. */
+  private packedRefused = false;
+
+  constructor(
+    private readonly stream: string,
+    private readonly origin: EntryOrigin,
+  ) {}
+
+  /** Up to `count` entries after `after`, waiting up to `blockMs` for the first when caught up. */
+  async read(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+    const entries =
+      this.behind && !this.packedRefused
+        ? await this.readPacked(connection, after, count, blockMs)
+        : await this.readBlocking(connection, after, count, blockMs);
+    this.behind = entries.length >= count;
+    return entries;
+  }
+
+  private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+    let packed: Buffer;
+    try {
+      packed = await registerScripts(connection).eventrailReadBacklogBuffer(this.stream, after, count);
+    } catch (error) {
+      // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
+      if (!(error instanceof Error && error.name === 'ReplyError')) throw error;
+      this.packedRefused = true;
+      this.logger.warn(`Reading ${this.stream} with XREAD only: the packed backlog read was refused (${describeError(error)})`);
+      return this.readBlocking(connection, after, count, blockMs);
+    }
+    return readPackedEntries(packed, this.origin);
+  }
+
+  private async readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+    const reply = (await connection.xreadBuffer('COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after)) as XReadBufferReply;
+    if (!reply || reply.length === 0) return [];
+    const raw = reply[0][1];
+    const entries = new Array<Entry>(raw.length);
+    for (let i = 0; i < raw.length; i++) entries[i] = readEntryBuffers(raw[i][0], raw[i][1], this.origin);
+    return entries;
+  }
+}
