@@ -26,6 +26,14 @@ export interface ConsumerOptions {
    */
   batchSize?: number;
   /**
+   * While a partition is behind (a read came back full), read its next batches with a script that packs
+   * them into one reply on Redis's side: the consumer decodes a fraction of the RESP values and drains
+   * a backlog about twice as fast, for about four times the Redis CPU per event while it catches up.
+   * Caught-up consumers wait in `XREAD BLOCK` either way. Turn it off where Redis CPU is the scarcer resource.
+   * @default true
+   */
+  packedBacklogReads?: boolean;
+  /**
    * Lease TTL of a (group, partition). Renewed every third of it while the worker lives;
    * a crashed worker's partitions are taken over after it.
    * @default 30000
@@ -248,6 +256,7 @@ export interface ResolvedEventrailOptions {
 export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   concurrency: 1,
   batchSize: 200,
+  packedBacklogReads: true,
   lockTtlMs: 30_000,
   heartbeatTtlMs: 30_000,
   shutdownTimeoutMs: 10_000,
@@ -442,6 +451,7 @@ export function resolveConsumerOptions(
   }
   checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
   checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
+  checkBoolean(`${path}.packedBacklogReads`, merged.packedBacklogReads);
   checkInteger(`${path}.lockTtlMs`, merged.lockTtlMs, 300, 3_600_000);
   checkInteger(`${path}.heartbeatTtlMs`, merged.heartbeatTtlMs, 300, 3_600_000);
   checkInteger(`${path}.shutdownTimeoutMs`, merged.shutdownTimeoutMs, 0, 3_600_000);

@@ -8,6 +8,9 @@ import { describeError } from '../util/describe-error';
 
 type Entry = RawEntry | MalformedEntry;
 
+/** Replies that say the server is busy or moving, not that the script is unwelcome: the read failed, and is retried as any read. */
+const TRANSIENT = /^(?:LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY|MOVED|ASK|OOM)\b/;
+
 /**
  * How a partition worker reads its stream. Caught up, it waits in
  * `XREAD BLOCK`, read as Buffers (`readEntryBuffers`). Behind, when the last
@@ -29,7 +32,11 @@ export class PartitionReader {
   constructor(
     private readonly stream: string,
     private readonly origin: EntryOrigin,
-  ) {}
+    /** The group's `packedBacklogReads`: false reads with XREAD only. */
+    packed = true,
+  ) {
+    this.packedRefused = !packed;
+  }
 
   /** Up to `count` entries after `after`, waiting up to `blockMs` for the first when caught up. */
   async read(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
@@ -47,7 +54,7 @@ export class PartitionReader {
       packed = await registerScripts(connection).eventrailReadBacklogBuffer(this.stream, after, count);
     } catch (error) {
       // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
-      if (!(error instanceof Error && error.name === 'ReplyError')) throw error;
+      if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
       this.packedRefused = true;
       this.logger.warn(`Reading ${this.stream} with XREAD only: the packed backlog read was refused (${describeError(error)})`);
       return this.readBlocking(connection, after, count, blockMs);

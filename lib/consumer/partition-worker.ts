@@ -371,7 +371,7 @@ export class PartitionWorker {
   private async read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return [];
-    this.reader ??= new PartitionReader(this.streamKey, this.origin);
+    this.reader ??= new PartitionReader(this.streamKey, this.origin, this.params.options.packedBacklogReads);
     return this.reader.read(connection, after, count, blockMs);
   }
 

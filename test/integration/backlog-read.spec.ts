@@ -169,4 +169,18 @@ describe('a worker behind the log', () => {
     const next = await app.get(EventrailPublisher).publish('job', { n: 45 });
     await waitFor(() => seen.some((m) => m.id === next.id), 'the event published after catching up');
   });
+
+  it('with packedBacklogReads: false, drains the same backlog with XREAD alone', async () => {
+    await app.close();
+    await redis.flushall();
+    await redis.script('FLUSH');
+    seen.length = 0;
+    const offsets: string[] = [];
+    for (let n = 0; n < 35; n++)
+      offsets.push((await redis.xadd(keys.stream(0), '*', 'event', 'job', 'data', JSON.stringify({ n }))) as string);
+    app = await createApp({ redis: server.url, prefix, consumer: { batchSize: 10, packedBacklogReads: false } }, [Jobs]);
+    await waitFor(async () => (await redis.get(keys.offset('jobs', 0))) === offsets[34], 'the backlog committed');
+    expect(seen.map((m) => m.data.n)).toEqual(Array.from({ length: 35 }, (_, n) => n));
+    expect(await redis.script('EXISTS', sha)).toEqual([0]);
+  });
 });
