@@ -169,6 +169,8 @@ describe('chaos: kill and restart', () => {
     );
 
     expect(outagesMs).toHaveLength(scenario.redisCrashes);
+    // A worker that exited on its own: its last output says why (the exit record alone does not).
+    if (sup.unexpectedExits.length > 0) console.log(`unexpected exits; the workers' last output:\n${sup.describe()}`);
     expect(sup.unexpectedExits).toEqual([]);
     expect(sup.crashes).toEqual([]);
     expect(sup.exits.length).toBe(kills + scenario.workers); // the kills, then the final stop of each slot
