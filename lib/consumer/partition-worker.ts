@@ -83,9 +83,12 @@ export class PartitionWorker {
   private ended?: Promise<void>;
   private lost = false;
   private draining = false;
-  /** Settles when draining starts: a read queued on a reconnecting connection is not settled by disconnect(). */
-  private readonly drained: Promise<never[]>;
-  private onDrain!: () => void;
+  /**
+   * Ends the wait for the read in hand with no entries when draining starts (a read queued on a
+   * reconnecting connection is not settled by disconnect()). One per read, replaced by the next:
+   * nothing long-lived holds on to a read (see `untilDrained`).
+   */
+  private wake?: () => void;
   private readonly batchContext: BatchContext;
   /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
   private readonly readSize: number;
@@ -100,7 +103,6 @@ export class PartitionWorker {
     this.committed = this.cursor = params.committed;
     this.tally = new ReadTally(params.committed);
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
-    this.drained = new Promise((resolve) => (this.onDrain = () => resolve([])));
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
     this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
@@ -188,7 +190,7 @@ export class PartitionWorker {
   private drain(): void {
     if (this.draining) return;
     this.draining = true;
-    this.onDrain();
+    this.wake?.();
     // Breaks a blocked XREAD at once instead of waiting for its timeout.
     this.connection?.disconnect();
   }
@@ -217,7 +219,7 @@ export class PartitionWorker {
   private async receive(): Promise<Entry[] | null> {
     let entries: Entry[];
     try {
-      entries = await Promise.race([this.next, this.drained]);
+      entries = await this.untilDrained(this.next);
     } catch (error) {
       if (this.draining) return null;
       this.logger.warn(this.record(`read failed (${describeError(error)}); retrying`));
@@ -251,7 +253,7 @@ export class PartitionWorker {
       if (left <= 0) break;
       let more: Entry[];
       try {
-        more = await Promise.race([this.read(all[all.length - 1].offset, size - all.length, left), this.drained]);
+        more = await this.untilDrained(this.read(all[all.length - 1].offset, size - all.length, left));
       } catch {
         if (this.draining) return null;
         break; // handle what is in hand; the next read meets the trouble and reports it
@@ -360,6 +362,20 @@ export class PartitionWorker {
       if (score !== null && Number(score) > now) done.add(ids[i]);
     });
     return done;
+  }
+
+  /**
+   * `read`'s entries, or none as soon as draining starts. Not a `Promise.race` with a promise that
+   * settles on drain: every race leaves a reaction on that promise which holds the race's result, so
+   * each batch read stayed reachable until the worker stopped (measured: 861 bytes a batch, 86 MB
+   * after 100 000 one-entry batches).
+   */
+  private untilDrained(read: Promise<Entry[]>): Promise<Entry[]> {
+    if (this.draining) return Promise.resolve([]);
+    return new Promise<Entry[]>((resolve, reject) => {
+      this.wake = () => resolve([]);
+      read.then(resolve, reject);
+    });
   }
 
   /** Starts the next read; one left behind by a stop may reject later, which is expected. */
