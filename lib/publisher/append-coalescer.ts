@@ -8,22 +8,27 @@ interface Waiting<T> {
 }
 
 /**
- * Coalesces the appends of concurrent `publish` calls into one pipeline.
- * Appends queued while the current tick runs (a loop of calls, or every
- * caller that a reply woke up) leave together on the next `process.nextTick`,
- * before any I/O: a lone caller waits for nothing, and a thousand callers
- * cost one socket write instead of a thousand (their commands sent one by
- * one with the socket corked, or as a pipeline where it cannot be). Unlike ioredis's
- * `enableAutoPipelining`, a batch never waits for the previous one to be
- * answered, and nothing else on the connection (commits, lease renewals)
- * is held back by it.
+ * Coalesces the appends of concurrent `publish` calls. The first append of a
+ * tick leaves at once, on its own, as a plain call would; appends that follow
+ * it in the same tick (a loop of calls, or every caller that a reply woke up)
+ * are queued and leave together on the next `process.nextTick`, before any
+ * I/O: a thousand callers cost two socket writes instead of a thousand (the
+ * queued commands sent one by one with the socket corked, or as a pipeline
+ * where it cannot be). The first one is not held back for the others: held,
+ * two events published in one tick reached Redis in one read, and the second
+ * waited for the consumer's next read round trip (0.06 ms more at the median
+ * at 2000 events/s). Unlike ioredis's `enableAutoPipelining`, a batch never
+ * waits for the previous one to be answered, and nothing else on the
+ * connection (commits, lease renewals) is held back by it.
  *
- * Order: batches leave in the order they were queued; `flush()` sends what is
+ * Order: appends leave in the order they were added; `flush()` sends what is
  * queued at once, so an append sent another way afterwards (a `publishMany`)
  * cannot overtake it.
  */
 export class AppendCoalescer<T> {
   private queue: Array<Waiting<T>> = [];
+  /** An append left at once in this tick: the next ones of the tick are queued. */
+  private sentThisTick = false;
 
   constructor(
     /** Sends one append on its own: a lone caller pays no pipeline. */
@@ -37,12 +42,21 @@ export class AppendCoalescer<T> {
     private readonly corked?: (write: () => void) => boolean,
   ) {}
 
-  /** Queues `item`; settles with its reply, or rejects with its error (or the batch's). */
+  /** Sends or queues `item`; settles with its reply, or rejects with its error (or the batch's). */
   add(item: T): Promise<unknown> {
+    if (!this.sentThisTick && this.queue.length === 0) {
+      this.sentThisTick = true;
+      process.nextTick(this.endTick);
+      return this.sendOne(item);
+    }
     return new Promise((resolve, reject) => {
       if (this.queue.push({ item, resolve, reject }) === 1) process.nextTick(this.flush);
     });
   }
+
+  private readonly endTick = (): void => {
+    this.sentThisTick = false;
+  };
 
   /** Sends what is queued now (a no-op when nothing is). */
   readonly flush = (): void => {

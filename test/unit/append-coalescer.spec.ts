@@ -1,34 +1,63 @@
 import { AppendCoalescer, AppendReply } from '../../lib/publisher/append-coalescer';
 
+/** Settles on a later turn of the event loop, as a reply from Redis does (never within the tick that sent). */
+const later = <T>(value: () => T): Promise<T> =>
+  new Promise((resolve, reject) =>
+    setImmediate(() => {
+      try {
+        resolve(value());
+      } catch (error) {
+        reject(error);
+      }
+    }),
+  );
+
 /** A coalescer whose sends record what they were given and answer with `reply(item)`. */
 function recording(reply: (item: number) => AppendReply = (item) => [null, `offset-${item}`]) {
   const sent: Array<{ kind: 'one' | 'many'; items: number[] }> = [];
   const coalescer = new AppendCoalescer<number>(
     (item) => {
       sent.push({ kind: 'one', items: [item] });
-      const [error, value] = reply(item);
-      return error ? Promise.reject(error) : Promise.resolve(value);
+      return later(() => {
+        const [error, value] = reply(item);
+        if (error) throw error;
+        return value;
+      });
     },
     (items) => {
       sent.push({ kind: 'many', items });
-      return Promise.resolve(items.map(reply));
+      return later(() => items.map(reply));
     },
   );
   return { coalescer, sent };
 }
 
 describe('AppendCoalescer', () => {
-  it('sends the appends queued in one tick together, in order, and answers each caller with its own reply', async () => {
+  it('sends the first append of a tick at once and the ones after it together, in order, answering each caller with its own reply', async () => {
     const { coalescer, sent } = recording();
-    const replies = await Promise.all(Array.from({ length: 100 }, (_, i) => coalescer.add(i)));
-    expect(sent).toEqual([{ kind: 'many', items: Array.from({ length: 100 }, (_, i) => i) }]);
+    const pending = Array.from({ length: 100 }, (_, i) => coalescer.add(i));
+    // The first left during its own call, before the tick ended; the others wait for the tick's end.
+    expect(sent).toEqual([{ kind: 'one', items: [0] }]);
+    const replies = await Promise.all(pending);
+    expect(sent).toEqual([
+      { kind: 'one', items: [0] },
+      { kind: 'many', items: Array.from({ length: 99 }, (_, i) => i + 1) },
+    ]);
     expect(replies).toEqual(Array.from({ length: 100 }, (_, i) => `offset-${i}`));
   });
 
-  it('sends a lone append on its own, without a pipeline', async () => {
+  it('sends a lone append on its own, at once, without a pipeline', async () => {
     const { coalescer, sent } = recording();
-    expect(await coalescer.add(7)).toBe('offset-7');
+    const reply = coalescer.add(7);
     expect(sent).toEqual([{ kind: 'one', items: [7] }]);
+    expect(await reply).toBe('offset-7');
+    // A later tick's first append goes at once again.
+    const next = coalescer.add(8);
+    expect(sent).toEqual([
+      { kind: 'one', items: [7] },
+      { kind: 'one', items: [8] },
+    ]);
+    await next;
   });
 
   it('gathers the callers a reply wakes up into the next batch', async () => {
@@ -37,10 +66,14 @@ describe('AppendCoalescer', () => {
       await coalescer.add(first);
       await coalescer.add(first + 10);
     };
-    await Promise.all([caller(1), caller(2), caller(3)]);
+    await Promise.all([caller(1), caller(2), caller(3), caller(4)]);
+    // Each reply wakes its callers on a turn of its own: 1's alone, then 2, 3 and 4 together, whose first goes at once.
     expect(sent).toEqual([
-      { kind: 'many', items: [1, 2, 3] },
-      { kind: 'many', items: [11, 12, 13] },
+      { kind: 'one', items: [1] },
+      { kind: 'many', items: [2, 3, 4] },
+      { kind: 'one', items: [11] },
+      { kind: 'one', items: [12] },
+      { kind: 'many', items: [13, 14] },
     ]);
   });
 
@@ -59,12 +92,13 @@ describe('AppendCoalescer', () => {
 
   it('flush() sends what is queued at once, so an append sent another way afterwards cannot overtake it', async () => {
     const { coalescer, sent } = recording();
-    const queued = [coalescer.add(1), coalescer.add(2)];
+    const queued = [coalescer.add(1), coalescer.add(2), coalescer.add(3)];
     coalescer.flush();
     sent.push({ kind: 'one', items: [99] }); // stands for a publishMany sent right after
     await Promise.all(queued);
     expect(sent).toEqual([
-      { kind: 'many', items: [1, 2] },
+      { kind: 'one', items: [1] },
+      { kind: 'many', items: [2, 3] },
       { kind: 'one', items: [99] },
     ]);
   });
