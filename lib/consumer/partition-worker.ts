@@ -294,10 +294,17 @@ export class PartitionWorker {
     const recovering = this.recovery.active;
     this.recovery.consume(batch.entries.length);
     this.cursor = batch.lastOffset;
-    // The first handler starts (up to its first await) before the next read is written to the socket, so
-    // the read's syscall is not on the way to the handler; the read then travels while the batch is handled.
-    const running = batch.run(this.params.options.concurrency);
-    this.readFrom(this.cursor);
+    // The next read travels while this batch is handled. A batch of one entry (a consumer keeping up at a
+    // low rate) starts its handler first, so the read's syscall is not on the way to it; a longer batch
+    // sends the read first, since synchronous handlers would run the whole batch before it left.
+    let running: Promise<void>;
+    if (batch.entries.length === 1) {
+      running = batch.run(this.params.options.concurrency);
+      this.readFrom(this.cursor);
+    } else {
+      this.readFrom(this.cursor);
+      running = batch.run(this.params.options.concurrency);
+    }
     await running;
     if (this.draining) return 'end'; // the stopper commits the low watermark
     const mark = batch.watermark();
