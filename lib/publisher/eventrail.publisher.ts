@@ -88,8 +88,9 @@ interface Prepared {
 export class EventrailPublisher {
   /** Concurrent `publish` calls leave together, one pipeline per tick. */
   private readonly appends: AppendCoalescer<Prepared>;
-  /** Whether the appendMany script runs here (see `appendManyWorks`). */
-  private appendManyChecked?: Promise<boolean>;
+  /** Whether the appendMany script runs here, once known (see `appendManyWorks`). */
+  private appendManyOk?: boolean;
+  private appendManyAsked?: Promise<void>;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -255,7 +256,8 @@ export class EventrailPublisher {
   private async appendBatch(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
     const { keys, client } = this.redis;
     const { replicas, timeoutMs } = this.options.replication;
-    const scripted = prepared.length > 1 && !this.redis.isCluster && (await this.appendManyWorks());
+    // Nothing is awaited before the commands are written, so a call made right after this one cannot overtake it.
+    const scripted = prepared.length > 1 && !this.redis.isCluster && this.appendManyWorks();
     // One connection: the commands sent with the socket corked leave as one write, in order (cheaper than a pipeline).
     const replies: AppendReply[] = new Array(prepared.length);
     const sent: Array<Promise<void>> = [];
@@ -352,21 +354,23 @@ export class EventrailPublisher {
   }
 
   /**
-   * Whether this connection may run the appendMany script: asked once, with a
-   * call that appends nothing. Where scripting is refused (an ACL without
-   * EVALSHA, a provider that disables it), `publishMany` sends one XADD per
-   * event instead, as before the script existed.
+   * Whether this connection may run the appendMany script, as far as known
+   * now. The first call asks, in the background, with a call that appends
+   * nothing, and answers false until the answer is in (that batch goes as one
+   * XADD per event). Where scripting is refused (an ACL without EVALSHA, a
+   * provider that disables it), `publishMany` keeps sending one XADD per
+   * event, as before the script existed.
    */
-  private appendManyWorks(): Promise<boolean> {
-    this.appendManyChecked ??= this.redis.client.eventrailAppendMany(this.redis.keys.stream(0)).then(
-      () => true,
+  private appendManyWorks(): boolean {
+    if (this.appendManyOk !== undefined) return this.appendManyOk;
+    this.appendManyAsked ??= this.redis.client.eventrailAppendMany(this.redis.keys.stream(0)).then(
+      () => void (this.appendManyOk = true),
       (error: unknown) => {
-        if (isRefusal(describeError(error))) return false;
-        this.appendManyChecked = undefined; // not a refusal (a lost connection): ask again next time
-        return true;
+        if (isRefusal(describeError(error))) this.appendManyOk = false;
+        this.appendManyAsked = undefined; // not answered (a lost connection): ask again next time
       },
     );
-    return this.appendManyChecked;
+    return false;
   }
 
   /** Sends one append on the publisher's connection: an XADD, or the dedup script for an event with its own id. */
