@@ -125,14 +125,31 @@ describe('Sentinel failover', () => {
       return promoted;
     };
 
+    /**
+     * Waits until the sentinels and admin.nodes() name the same primary with the one replica left. On a loaded
+     * host the sentinels may give up on the replica they promoted first (failover-timeout) and promote the other
+     * one a few seconds later; the app follows that too, so the primary the test goes on from is the last one.
+     */
+    const settled = async (label: string): Promise<string> =>
+      waitFor(
+        async () => {
+          const now = await setup.primary();
+          const [seen] = await admin.nodes().catch(() => []);
+          const stable = seen?.node === now && seen.replicas.length === 1 && /^127\.0\.0\.1:\d+$/.test(seen.replicas[0]);
+          return stable ? now : undefined;
+        },
+        `${label}: the sentinels and admin.nodes() agree on a primary with one replica`,
+        45_000,
+        50,
+      );
+
     // 1. SIGKILL of the primary's process.
     const victim = setup.nodes.find((n) => setup.addressOf(n) === original);
     expect(victim).toBeDefined();
     const killedAt = Date.now();
     process.kill(victim!.pid, 'SIGKILL');
-    const second = await followFailover('SIGKILL', original, killedAt);
-    const [afterKill] = await admin.nodes();
-    expect(afterKill).toMatchObject({ node: second, replicas: [expect.stringMatching(/^127\.0\.0\.1:\d+$/)] });
+    await followFailover('SIGKILL', original, killedAt);
+    const second = await settled('SIGKILL');
 
     // 2. A failover the sentinels are asked for: the old primary stays up and becomes a replica.
     const askedAt = Date.now();
