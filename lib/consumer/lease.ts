@@ -1,6 +1,8 @@
 import type { InitialOffset } from '../eventrail.options';
 import { offsetBeforeTime, previousStreamId } from '../log/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { sendLeanScript } from '../redis/lean-command';
+import { leanScript } from '../scripts/scripts';
 
 /**
  * The lease of a (group, partition): at most one worker of a group works a
@@ -163,7 +165,7 @@ export class PartitionLease {
   async commit(offset: string, doneIds: readonly string[], markTtlMs: number, progress?: CommitProgress): Promise<CommitVerdict> {
     const { keys, client } = this.redis;
     const sentAt = performance.now();
-    const result = await client.eventrailCommitOffset(
+    const result = await sendLeanScript<number>(client, leanScript('eventrailCommitOffset'), [
       this.key,
       keys.offset(this.group, this.partition),
       keys.done(this.group, this.partition),
@@ -178,7 +180,7 @@ export class PartitionLease {
       progress?.count ?? '',
       progress?.verify ? '1' : '0',
       ...(markTtlMs > 0 ? doneIds : []),
-    );
+    ]);
     if (result !== 1) return 'fenced';
     this.extendedAt(sentAt); // the commit script extends the lease too
     return 'committed';

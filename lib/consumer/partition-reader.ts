@@ -3,7 +3,8 @@ import type { Cluster, Redis } from 'ioredis';
 import type { EntryOrigin, MalformedEntry, RawEntry } from '../log/codec';
 import { readEntryBuffers, readPackedEntries } from '../log/entry-reader';
 import { XReadBufferReply } from '../log/stream-read';
-import { registerScripts } from '../scripts/scripts';
+import { sendLean, sendLeanScript } from '../redis/lean-command';
+import { leanScript } from '../scripts/scripts';
 import { describeError } from '../util/describe-error';
 
 type Entry = RawEntry | MalformedEntry;
@@ -51,7 +52,7 @@ export class PartitionReader {
   private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
     let packed: Buffer;
     try {
-      packed = await registerScripts(connection).eventrailReadBacklogBuffer(this.stream, after, count);
+      packed = await sendLeanScript<Buffer>(connection, leanScript('eventrailReadBacklog'), [this.stream, after, count], true);
     } catch (error) {
       // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
       if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
@@ -63,7 +64,12 @@ export class PartitionReader {
   }
 
   private async readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
-    const reply = (await connection.xreadBuffer('COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after)) as XReadBufferReply;
+    const reply = await sendLean<XReadBufferReply>(
+      connection,
+      'xread',
+      ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after],
+      true,
+    );
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);

@@ -10,7 +10,7 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline } from '../scripts/scripts';
+import { eventrailPipeline, leanScript } from '../scripts/scripts';
 import { encodeFields } from '../log/codec';
 import { derivedEventId } from '../log/event-id';
 import { partitionForKey } from '../log/partitioner';
@@ -19,6 +19,7 @@ import type { EventDefinition, EventInput, EventRef } from '../events/event-defi
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
 import { corkedWrite } from '../redis/corked-write';
+import { sendLean, sendLeanScript } from '../redis/lean-command';
 import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
@@ -97,7 +98,7 @@ export class EventrailPublisher {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {
     this.appends = new AppendCoalescer<Prepared>(
-      (p) => this.redis.client.xadd(this.redis.keys.stream(p.partition), '*', ...p.fields),
+      (p) => sendLean(this.redis.client, 'xadd', [this.redis.keys.stream(p.partition), '*', ...p.fields]),
       async (batch) => (await this.append(batch, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
     );
@@ -307,7 +308,16 @@ export class EventrailPublisher {
       const flush = (): void => {
         if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
         else if (run.length > 1)
-          sent.push(this.settleRun(replies, run, this.redis.client.eventrailAppendMany(this.redis.keys.stream(partition), ...args)));
+          sent.push(
+            this.settleRun(
+              replies,
+              run,
+              sendLeanScript<[string[], string?]>(this.redis.client, leanScript('eventrailAppendMany'), [
+                this.redis.keys.stream(partition),
+                ...args,
+              ]),
+            ),
+          );
         run = [];
         args = [];
         bytes = 0;
@@ -378,7 +388,7 @@ export class EventrailPublisher {
     const { keys, client } = this.redis;
     if (p.dedup && p.id !== undefined)
       return client.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
-    return client.xadd(keys.stream(p.partition), '*', ...p.fields);
+    return sendLean(client, 'xadd', [keys.stream(p.partition), '*', ...p.fields]);
   }
 
   /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */

@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+import type { LeanScript } from '../redis/lean-command';
 
 /**
  * Commands eventrail adds to a client, one per Lua file named
@@ -125,7 +127,7 @@ const SCRIPTS = [
 ];
 const REGISTERED = Symbol.for('eventrail.scripts');
 
-let sources: Array<{ name: string; numberOfKeys: number; lua: string }> | undefined;
+let sources: Array<{ name: string; numberOfKeys: number; lua: string; sha: string }> | undefined;
 
 /**
  * Lua shared by several scripts (Redis has no includes): a line
@@ -141,10 +143,12 @@ function withIncludes(lua: string): string {
 function loadSources(): typeof sources & object {
   sources ??= SCRIPTS.map((file) => {
     const [verbNoun, keys] = file.split('-');
+    const lua = withIncludes(readFileSync(join(__dirname, `${file}.lua`), 'utf8'));
     return {
       name: `eventrail${verbNoun[0].toUpperCase()}${verbNoun.slice(1)}`,
       numberOfKeys: Number(keys),
-      lua: withIncludes(readFileSync(join(__dirname, `${file}.lua`), 'utf8')),
+      lua,
+      sha: createHash('sha1').update(lua).digest('hex'),
     };
   });
   return sources;
@@ -160,4 +164,19 @@ export function registerScripts(client: Redis | Cluster): EventrailClient {
     marked[REGISTERED] = true;
   }
   return client as EventrailClient;
+}
+
+let byName: Map<string, LeanScript> | undefined;
+
+/**
+ * Script `name` (as registered: `eventrailCommitOffset`, ...) for
+ * `sendLeanScript` (redis/lean-command.ts), which the scripts sent per batch
+ * on the hot path go through: a commit, a packed backlog read, a run of
+ * `publishMany`. The others are sent as `client.eventrail...()`.
+ */
+export function leanScript(name: string): LeanScript {
+  byName ??= new Map(loadSources().map((s) => [s.name, s]));
+  const script = byName.get(name);
+  if (!script) throw new Error(`no eventrail script named ${name}`);
+  return script;
 }
