@@ -1,20 +1,24 @@
-import Redis from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailKeys } from '../../lib/log/keys';
+import type { LatencyConsumerConfig } from '../processes/latency-consumer';
 import type { LatencyProducerConfig } from '../processes/latency-producer';
-import { createWorker, runWorker } from '../support/bullmq';
 import { BenchChild } from '../support/children';
 import { Countdown } from '../support/countdown';
-import { createEventrailApp, startConsumers } from '../support/eventrail-app';
-import { BenchPayload, hostNow } from '../support/payload';
+import { createLatencyConsumer, LatencyConsumer, LatencySystem } from '../support/latency-consumers';
+import { hostNow } from '../support/payload';
 import { Measurement, MetricSpec, RunContext, Scenario, Size } from '../support/scenario';
 import { percentile } from '../support/stats';
 
 const RATE_PER_SECOND = 2000;
 /** Time for a consumer's blocking read to be in place before the producer starts. */
 const SETTLE_MS = 200;
-
-type XReadReply = Array<[string, Array<[string, string[]]>]> | null;
+/**
+ * Sent at the same rate before the measured events and not counted: the first
+ * second or two of a fresh process is the JIT compiling the paths (measured:
+ * half the events over 0.8 ms in a 10 s round came in the first second, for
+ * every system), which a service that runs for hours does not see.
+ */
+const WARMUP_MS = 2_000;
 
 const ms = (key: string): MetricSpec => ({ key, unit: 'ms', digits: 2 });
 
@@ -69,99 +73,74 @@ export function latency(size: Size): Scenario {
   };
 }
 
-interface Consumer {
-  /** Resolves once the consumer waits for events. */
-  start(): Promise<void>;
-  close(): Promise<void>;
-}
-
+/**
+ * One round: the producer and the consumer each in a process of their own, as
+ * apps run them, so neither system's consumer inherits the heap (and the
+ * garbage-collector state) of the benchmark's process or of the system
+ * measured before it. The consumer reports the percentiles itself.
+ * `inProcess` runs the consumer in this process instead (the profiling tools
+ * in bench/tools do, to sample its allocations).
+ */
 export async function measure(
   ctx: RunContext,
-  system: LatencyProducerConfig['system'],
+  system: LatencySystem,
   durationMs: number,
   consumerSystem = system,
+  inProcess = false,
 ): Promise<Measurement> {
   // A raw producer may feed eventrail's consumer, and eventrail's publisher a raw consumer: both use partition 0's stream then.
   const mixed = system !== consumerSystem;
   const stream = mixed ? new EventrailKeys(ctx.prefix, 1).stream(0) : `${ctx.prefix}:stream`;
-  const config: LatencyProducerConfig = { url: ctx.url, prefix: ctx.prefix, system, stream, ratePerSecond: RATE_PER_SECOND, durationMs };
-  const expected = Math.round((RATE_PER_SECOND * durationMs) / 1000);
-  const samples: number[] = [];
-  const countdown = new Countdown(expected);
-  const record = (payload: BenchPayload): void => {
-    samples.push(hostNow() - payload.sentAt);
-    countdown.hit();
+  const warmupMs = durationMs >= 5_000 ? WARMUP_MS : 0;
+  const warmup = Math.round((RATE_PER_SECOND * warmupMs) / 1000);
+  const config: LatencyProducerConfig = {
+    url: ctx.url,
+    prefix: ctx.prefix,
+    system,
+    stream,
+    ratePerSecond: RATE_PER_SECOND,
+    durationMs: warmupMs + durationMs,
   };
+  const expected = Math.round((RATE_PER_SECOND * durationMs) / 1000);
   const producer = new BenchChild('latency-producer', config);
-  let consumer: Consumer | undefined;
+  const consumerConfig: LatencyConsumerConfig = { url: ctx.url, prefix: ctx.prefix, system: consumerSystem, stream, warmup, expected };
+  const consumer = inProcess ? undefined : new BenchChild('latency-consumer', consumerConfig);
+  let local: { consumer: LatencyConsumer; samples: number[]; countdown: Countdown } | undefined;
   try {
+    if (consumer) {
+      await Promise.all([producer.next('ready', 60_000), consumer.next('ready', 60_000)]);
+      const result = consumer.next('latency', warmupMs + durationMs + 60_000);
+      await sleep(SETTLE_MS);
+      producer.send({ type: 'start' });
+      const { sent } = await producer.next('done', warmupMs + durationMs + 30_000);
+      const { p50, p99, max, count } = await result;
+      return { metrics: { p50, p99, max }, expected: sent - warmup, done: count };
+    }
     await producer.next('ready', 60_000);
-    consumer = await createConsumer(ctx, consumerSystem, stream, record);
-    await consumer.start();
+    const samples: number[] = [];
+    const countdown = new Countdown(expected);
+    let skipped = 0;
+    local = {
+      samples,
+      countdown,
+      consumer: await createLatencyConsumer(ctx.url, ctx.prefix, consumerSystem, stream, (payload) => {
+        if (skipped < warmup) {
+          skipped++;
+          return;
+        }
+        samples.push(hostNow() - payload.sentAt);
+        countdown.hit();
+      }),
+    };
+    await local.consumer.start();
     await sleep(SETTLE_MS);
     producer.send({ type: 'start' });
-    const { sent } = await producer.next('done', durationMs + 30_000);
+    const { sent } = await producer.next('done', warmupMs + durationMs + 30_000);
     await countdown.wait(30_000, `${system} latency consumer`);
     const metrics = { p50: percentile(samples, 50), p99: percentile(samples, 99), max: percentile(samples, 100) };
-    return { metrics, expected: sent, done: countdown.count };
+    return { metrics, expected: sent - warmup, done: countdown.count };
   } finally {
-    await consumer?.close();
+    await Promise.all([consumer?.stop(), local?.consumer.close()]);
     await producer.stop();
   }
-}
-
-async function createConsumer(
-  ctx: RunContext,
-  system: LatencyProducerConfig['system'],
-  stream: string,
-  record: (payload: BenchPayload) => void,
-): Promise<Consumer> {
-  switch (system) {
-    case 'eventrail': {
-      const app = await createEventrailApp({ url: ctx.url, prefix: ctx.prefix, handler: async (message) => record(message.data) });
-      return { start: () => startConsumers(app), close: () => app.close() };
-    }
-    case 'bullmq': {
-      const worker = createWorker(ctx.url, ctx.prefix, 1, async (job) => record(job.data));
-      return {
-        start: async () => {
-          await worker.waitUntilReady();
-          runWorker(worker);
-        },
-        close: () => worker.close(),
-      };
-    }
-    case 'raw':
-      return rawConsumer(ctx.url, stream, record);
-  }
-}
-
-/** `XREAD BLOCK` from the last id seen, `JSON.parse` and an awaited no-op per entry, like the drain reference. */
-function rawConsumer(url: string, stream: string, record: (payload: BenchPayload) => void): Consumer {
-  const client = new Redis(url);
-  let running = true;
-  let loop: Promise<void> = Promise.resolve();
-  const noop = async (): Promise<void> => undefined;
-  const run = async (): Promise<void> => {
-    let last = '0-0';
-    while (running) {
-      const reply = (await client.xread('COUNT', 500, 'BLOCK', 1000, 'STREAMS', stream, last)) as XReadReply;
-      for (const [id, fields] of reply?.[0][1] ?? []) {
-        for (let i = 0; i < fields.length; i += 2) if (fields[i] === 'data') record(JSON.parse(fields[i + 1]) as BenchPayload);
-        await noop();
-        last = id;
-      }
-    }
-  };
-  return {
-    start: async () => {
-      await client.ping();
-      loop = run();
-    },
-    close: async () => {
-      running = false;
-      client.disconnect();
-      await loop.catch(() => undefined);
-    },
-  };
 }

@@ -7,6 +7,7 @@ export type ChildReport =
   | { type: 'ready' }
   | { type: 'progress'; handled: number; lastAt: number }
   | { type: 'done'; sent: number }
+  | { type: 'latency'; count: number; p50: number; p99: number; max: number }
   | { type: 'window-open' }
   | { type: 'window-closed'; cpuMicros: number; elapsedMs: number }
   | { type: 'failed'; message: string };

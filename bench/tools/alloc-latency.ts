@@ -23,13 +23,13 @@ async function main(): Promise<void> {
   const admin = new Redis(redis.url);
   const session = new Session();
   session.connect();
-  await measure({ url: redis.url, admin, prefix: 'warm' }, 'raw', 2000, consumer);
+  await measure({ url: redis.url, admin, prefix: 'warm' }, 'raw', 2000, consumer, true);
   await session.post('HeapProfiler.startSampling', {
     samplingInterval: 512,
     includeObjectsCollectedByMinorGC: !process.env.LIVE && !process.env.PROMOTED,
     includeObjectsCollectedByMajorGC: !process.env.LIVE,
   } as never);
-  const m = await measure({ url: redis.url, admin, prefix: 'run' }, 'raw', 5000, consumer);
+  const m = await measure({ url: redis.url, admin, prefix: 'run' }, 'raw', 5000, consumer, true);
   const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: Node } };
   const byFn = new Map<string, number>();
   let total = 0;

@@ -1,0 +1,68 @@
+// The latency scenario's consumer, in a process of its own (as an app runs
+// it): handles the producer's events with eventrail, the raw XREAD BLOCK loop
+// or BullMQ, takes each handler start's time on the host's monotonic clock,
+// and reports p50 / p99 / max of publish call to handler start once it has
+// seen `expected` events after the `warmup` ones (or, told to stop first,
+// what it has). LATENCY_DUMP=<file> also writes each measured event's send
+// time and latency (ms, one pair a line), to see when the slow ones came.
+import { writeFileSync } from 'node:fs';
+import { childConfig, onCommands, report, runChild } from '../support/children';
+import { createLatencyConsumer, LatencySystem } from '../support/latency-consumers';
+import { BenchPayload, hostNow } from '../support/payload';
+import { percentile } from '../support/stats';
+
+export interface LatencyConsumerConfig {
+  url: string;
+  prefix: string;
+  system: LatencySystem;
+  stream: string;
+  /** The first `warmup` events are handled but not measured. */
+  warmup: number;
+  expected: number;
+}
+
+const DUMP = process.env.LATENCY_DUMP;
+
+async function main(): Promise<void> {
+  const config = childConfig<LatencyConsumerConfig>();
+  const samples = new Float64Array(config.expected);
+  let count = 0;
+  let reported = false;
+  let skipped = 0;
+  const arrivals = new Float64Array(config.expected);
+  const finish = (): void => {
+    if (reported) return;
+    reported = true;
+    if (DUMP) writeFileSync(DUMP, Array.from(samples.subarray(0, count), (v, i) => `${arrivals[i].toFixed(3)} ${v.toFixed(3)}`).join('\n'));
+    const seen = Array.from(samples.subarray(0, count));
+    report({
+      type: 'latency',
+      count,
+      p50: percentile(seen, 50),
+      p99: percentile(seen, 99),
+      max: percentile(seen, 100),
+    });
+  };
+  const consumer = await createLatencyConsumer(config.url, config.prefix, config.system, config.stream, (payload: BenchPayload) => {
+    if (skipped < config.warmup) {
+      skipped++;
+      return;
+    }
+    if (count < config.expected) {
+      if (DUMP) arrivals[count] = payload.sentAt;
+      samples[count++] = hostNow() - payload.sentAt;
+    }
+    if (count === config.expected) finish();
+  });
+  await consumer.start();
+  onCommands({
+    start: async () => undefined,
+    stop: async () => {
+      finish();
+      await consumer.close();
+      process.exit(0);
+    },
+  });
+}
+
+runChild(main);
