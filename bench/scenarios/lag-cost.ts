@@ -167,8 +167,9 @@ async function readCost(redis: Redis, admin: EventrailAdmin, reads: number): Pro
   }
   times.sort((a, b) => a - b);
 
-  // Counted apart from the timing: MONITOR slows Redis down.
-  const monitor = await redis.duplicate().monitor();
+  // Counted apart from the timing: MONITOR slows Redis down. monitor() opens a connection of its own
+  // (a duplicate() before it was a client left connected, which kept reconnecting after its server stopped).
+  const monitor = await redis.monitor();
   let requests = 0;
   let counting = true;
   const marker = `lag-cost-marker-${Math.random()}`;

@@ -112,7 +112,7 @@ describe('lag from the committed position', () => {
 
     /** Every command that names a key of this prefix while one status read runs, as MONITOR shows them (`lua ` for a script's own). */
     const commandsOf = async (group: string): Promise<string[]> => {
-      const monitor = await new Redis(testRedisUrl()).monitor();
+      const monitor = await redis.monitor(); // a connection of its own
       const marker = `${prefix}:marker:${group}`;
       const seen: string[] = [];
       let ended = false;
