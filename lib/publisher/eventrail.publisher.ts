@@ -288,11 +288,12 @@ export class EventrailPublisher {
 
   /**
    * Sends `prepared` as runs: per partition, in order, consecutive events
-   * without their own id go as one appendMany script call (at most
+   * without their own id go as one appendMany script call, and consecutive
+   * events with producer dedup as one appendManyDedup call (at most
    * `RUN_EVENTS` events and about `RUN_BYTES` of fields each, so a call stays
-   * far below Redis's query buffer limit); an event with dedup goes on its
-   * own, between the runs around it. Order holds per partition, which is what
-   * is promised; the commands leave in the order they are sent here.
+   * far below Redis's query buffer limit); a run of one is a plain append.
+   * Order holds per partition, which is what is promised; the commands leave
+   * in the order they are sent here.
    */
   private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>): void {
     const byPartition = new Map<number, number[]>();
@@ -301,34 +302,42 @@ export class EventrailPublisher {
       if (indexes) indexes.push(i);
       else byPartition.set(prepared[i].partition, [i]);
     }
+    const { keys, client } = this.redis;
     for (const [partition, indexes] of byPartition) {
+      const stream = keys.stream(partition);
       let run: number[] = [];
+      let deduped = false;
+      let marks: string[] = [];
       let args: Array<string | number> = [];
       let bytes = 0;
       const flush = (): void => {
         if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
-        else if (run.length > 1)
+        else if (run.length > 1 && !deduped)
           sent.push(
-            this.settleRun(
-              replies,
-              run,
-              sendLeanScript<[string[], string?]>(this.redis.client, leanScript('eventrailAppendMany'), [
-                this.redis.keys.stream(partition),
-                ...args,
-              ]),
-            ),
+            this.settleRun(replies, run, sendLeanScript<[string[], string?]>(client, leanScript('eventrailAppendMany'), [stream, ...args])),
           );
+        else if (run.length > 1) {
+          const script = leanScript('eventrailAppendManyDedup');
+          const call = sendLeanScript<[string[], number[], string?]>(
+            client,
+            script,
+            [stream, ...marks, this.options.dedupWindowMs, ...args],
+            false,
+            1 + marks.length,
+          );
+          sent.push(this.settleDedupRun(replies, run, call));
+        }
         run = [];
+        marks = [];
         args = [];
         bytes = 0;
       };
       for (const index of indexes) {
         const p = prepared[index];
-        if (p.dedup) {
-          flush();
-          sent.push(this.settleInto(replies, index, this.appendOne(p)));
-          continue;
-        }
+        const dedup = p.dedup && p.id !== undefined;
+        if (dedup !== deduped) flush();
+        deduped = dedup;
+        if (dedup) marks.push(keys.dedup(partition, p.id as string));
         args.push(p.fields.length);
         for (const field of p.fields) {
           args.push(field);
@@ -355,6 +364,20 @@ export class EventrailPublisher {
       ([offsets, failure]) => {
         for (let i = 0; i < run.length; i++) {
           replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new Error(failure ?? 'not appended'), null];
+        }
+      },
+      (error: unknown) => {
+        for (const index of run) replies[index] = [asError(error), null];
+      },
+    );
+  }
+
+  /** Records a dedup run's outcomes as `publishDedup` replies (`[offset, duplicate]`), the error for the events not done. */
+  private settleDedupRun(replies: AppendReply[], run: number[], append: Promise<[string[], number[], string?]>): Promise<void> {
+    return append.then(
+      ([offsets, duplicates, failure]) => {
+        for (let i = 0; i < run.length; i++) {
+          replies[run[i]] = i < offsets.length ? [null, [offsets[i], duplicates[i]]] : [new Error(failure ?? 'not appended'), null];
         }
       },
       (error: unknown) => {

@@ -16,9 +16,22 @@ interface CommandInternals {
   _clearTimers(): void;
   leanResolve?: (value: unknown) => void;
   leanReject?: (error: unknown) => void;
-  /** A script sent as EVALSHA: sent again as EVAL if the server does not have it. */
-  leanRetry?: { client: Redis | Cluster; lua: string };
+  /** A script: sent as EVAL on a socket that has not had it yet, as EVALSHA after (see `toWritable`). */
+  leanScript?: { client: Redis | Cluster; lua: string; sha: string };
+  /** The socket the script was last written to. */
+  leanSocket?: object;
 }
+
+/**
+ * The scripts each socket has been sent (as EVAL): ioredis's own rule for
+ * `defineCommand` scripts. A new socket (a reconnect, a failover) starts
+ * empty, so a script's first call on it carries its source, and a server
+ * that lost its scripts (a restart) never answers NOSCRIPT there. Answering
+ * EVALSHA with NOSCRIPT and sending EVAL after it would let the commands
+ * written in between overtake it: an `appendMany` run would land after a
+ * later append of the same partition.
+ */
+const loadedOn = new WeakMap<object, Set<string>>();
 
 type ArgumentTransformers = { _transformer?: { argument?: Record<string, ((args: unknown[]) => unknown[]) | undefined> } };
 
@@ -43,12 +56,15 @@ function resolveLean(this: CommandInternals, value: unknown): Promise<unknown> {
 }
 
 function rejectLean(this: CommandInternals, error: unknown): void {
-  const retry = this.leanRetry;
-  if (retry && error instanceof Error && error.message.startsWith('NOSCRIPT')) {
-    this.leanRetry = undefined;
+  const script = this.leanScript;
+  if (script && error instanceof Error && error.message.startsWith('NOSCRIPT')) {
+    // The server lost its scripts under a live socket (SCRIPT FLUSH): sent again, as EVAL; only then
+    // can a command written after this one overtake it (as with ioredis's own scripts).
+    this.leanScript = undefined;
+    if (this.leanSocket) loadedOn.get(this.leanSocket)?.delete(script.sha);
     this.name = 'eval';
-    this.args[0] = retry.lua;
-    (retry.client.sendCommand(this as unknown as Command) as Promise<unknown>).catch(() => undefined); // settles this command's own promise
+    this.args[0] = script.lua;
+    (script.client.sendCommand(this as unknown as Command) as Promise<unknown>).catch(() => undefined); // settles this command's own promise
     return;
   }
   this._clearTimers();
@@ -95,6 +111,26 @@ if (SUPPORTED) {
   });
 }
 
+const writable = Command.prototype.toWritable;
+/** A script goes as EVAL the first time on each socket, as EVALSHA after (see `loadedOn`). */
+LeanCommand.prototype.toWritable = function toWritable(this: CommandInternals, socket: object) {
+  const script = this.leanScript;
+  if (script) {
+    this.leanSocket = socket;
+    let loaded = loadedOn.get(socket);
+    if (!loaded) loadedOn.set(socket, (loaded = new Set()));
+    if (!loaded.has(script.sha)) {
+      loaded.add(script.sha);
+      this.name = 'eval';
+      this.args[0] = script.lua;
+    } else if (this.name === 'eval') {
+      this.name = 'evalsha';
+      this.args[0] = script.sha;
+    }
+  }
+  return writable.call(this as unknown as Command, socket as never);
+};
+
 /**
  * Sends `name args` on `client` as a `LeanCommand`: for commands sent once per
  * batch or per event on the hot path (a worker's XREAD, a publish's XADD).
@@ -112,26 +148,31 @@ export interface LeanScript {
   lua: string;
   /** SHA-1 of `lua`, hex. */
   sha: string;
+  /** -1 for a script whose caller gives the number of keys with each call. */
   numberOfKeys: number;
 }
 
 /**
- * Runs `script` with `args` (its keys first) as EVALSHA in a `LeanCommand`; if
- * the server does not have the script (NOSCRIPT: a new or restarted server,
- * SCRIPT FLUSH), the same command is sent again as EVAL, which also loads it.
+ * Runs `script` with `args` (its keys first) in a `LeanCommand`: as EVAL the
+ * first time on a socket, as EVALSHA after; if the server lost the script
+ * under a live socket (NOSCRIPT after SCRIPT FLUSH), the same command is sent
+ * again as EVAL, which also loads it.
+ * `numberOfKeys` is the script's own unless it lets the caller say (`-n`).
  */
 export function sendLeanScript<T>(
   client: Redis | Cluster,
   script: LeanScript,
   args: Array<string | Buffer | number>,
   buffers = false,
+  numberOfKeys = script.numberOfKeys,
 ): Promise<T> {
+  if (numberOfKeys < 0) throw new Error(`sendLeanScript: the caller gives the number of keys of script ${script.sha}`);
   const keyPrefix = (client.options as { keyPrefix?: string }).keyPrefix;
-  const command = new LeanCommand('evalsha', [script.sha, script.numberOfKeys, ...args], {
+  const command = new LeanCommand('evalsha', [script.sha, numberOfKeys, ...args], {
     replyEncoding: buffers ? null : 'utf8',
     keyPrefix,
   });
-  (command as unknown as CommandInternals).leanRetry = { client, lua: script.lua };
+  (command as unknown as CommandInternals).leanScript = { client, lua: script.lua, sha: script.sha };
   return client.sendCommand(command) as Promise<T>;
 }
 

@@ -6,7 +6,8 @@ import type { LeanScript } from '../redis/lean-command';
 
 /**
  * Commands eventrail adds to a client, one per Lua file named
- * `<verbNoun>-<numberOfKeys>.lua`. Registered once per client with
+ * `<verbNoun>-<numberOfKeys>.lua` (`-n`: the caller gives the number of keys
+ * first, as with EVAL's numkeys). Registered once per client with
  * `defineCommand`, so ioredis sends EVALSHA and falls back on NOSCRIPT.
  */
 export interface EventrailCommands {
@@ -83,6 +84,11 @@ export interface EventrailCommands {
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   /** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made (appendMany-1.lua). */
   eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
+  /**
+   * `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length`
+   * events were done (appendManyDedup-n.lua): keys are the stream, then one dedup mark per event.
+   */
+  eventrailAppendManyDedup(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<[string[], number[], string?]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
   eventrailTrimLog(
     stream: string,
@@ -116,6 +122,7 @@ const SCRIPTS = [
   'dropGroupPartition-4',
   'publishDedup-2',
   'appendMany-1',
+  'appendManyDedup-n',
   'resetOffset-6',
   'readLag-3',
   'readBacklog-1',
@@ -146,7 +153,8 @@ function loadSources(): typeof sources & object {
     const lua = withIncludes(readFileSync(join(__dirname, `${file}.lua`), 'utf8'));
     return {
       name: `eventrail${verbNoun[0].toUpperCase()}${verbNoun.slice(1)}`,
-      numberOfKeys: Number(keys),
+      // -1: given by the caller with each call.
+      numberOfKeys: keys === 'n' ? -1 : Number(keys),
       lua,
       sha: createHash('sha1').update(lua).digest('hex'),
     };
@@ -159,7 +167,8 @@ export function registerScripts(client: Redis | Cluster): EventrailClient {
   const marked = client as unknown as Record<symbol, boolean>;
   if (!marked[REGISTERED]) {
     for (const script of loadSources()) {
-      client.defineCommand(script.name, { numberOfKeys: script.numberOfKeys, lua: script.lua });
+      const numberOfKeys = script.numberOfKeys < 0 ? undefined : script.numberOfKeys;
+      client.defineCommand(script.name, { numberOfKeys, lua: script.lua });
     }
     marked[REGISTERED] = true;
   }

@@ -81,12 +81,36 @@ describe('lean commands', () => {
     expect((lean as Error).message).toMatch(/^WRONGTYPE/);
   });
 
-  it('runs a script the server does not have (NOSCRIPT) by sending it again as EVAL, then by its SHA', async () => {
-    const script = leanScript('eventrailReleaseLock');
+  it('sends a script as EVAL on a socket that has not had it, so what is written after it cannot overtake it', async () => {
+    const appendMany = leanScript('eventrailAppendMany');
+    // A server without the script and a new socket: what a restart leaves.
     await redis.script('FLUSH');
-    expect(await redis.script('EXISTS', script.sha)).toEqual([0]);
+    const fresh = new Redis(server.url);
+    try {
+      await fresh.ping();
+      for (let round = 0; round < 2; round++) {
+        const stream = `ordered-${round}`;
+        // One write: a run of two appends, then a plain append to the same stream.
+        const run = sendLeanScript<[string[]]>(fresh, appendMany, [stream, 2, 'n', '1', 2, 'n', '2']);
+        const after = sendLean<string>(fresh, 'xadd', [stream, '*', 'n', '3']);
+        const [[offsets], last] = await Promise.all([run, after]);
+        const entries = await redis.xrange(stream, '-', '+');
+        expect(entries.map(([, fields]) => fields[1])).toEqual(['1', '2', '3']);
+        expect(entries.map(([offset]) => offset)).toEqual([...offsets, last]);
+      }
+      expect(await redis.script('EXISTS', appendMany.sha)).toEqual([1]);
+    } finally {
+      fresh.disconnect();
+    }
+  });
+
+  it('runs a script the server lost under a live socket (NOSCRIPT) by sending it again as EVAL, then by its SHA', async () => {
+    const script = leanScript('eventrailReleaseLock');
     await redis.set('lock', 'token-1');
     // releaseLock-1.lua: deletes the lock only while it holds this token.
+    expect(await sendLeanScript<number>(redis, script, ['lock', 'token-2'])).toBe(0);
+    await redis.script('FLUSH');
+    expect(await redis.script('EXISTS', script.sha)).toEqual([0]);
     expect(await sendLeanScript<number>(redis, script, ['lock', 'token-2'])).toBe(0);
     expect(await redis.script('EXISTS', script.sha)).toEqual([1]);
     expect(await sendLeanScript<number>(redis, script, ['lock', 'token-1'])).toBe(1);
