@@ -137,6 +137,11 @@ describe('publishMany with producer dedup', () => {
         [[2, stream, 'm1', 0, 2, 'event', 'x'], 'dedup window'],
         [[2, stream, 'm1', 1000, 3, 'event', 'x', 'y'], 'malformed arguments at position 2'],
         [[3, stream, 'm1', 'm2', 1000, 2, 'event', 'x'], '1 events but 2 dedup keys'],
+        // More field arguments than one XADD can take from Lua (unpack's limit is about 8000).
+        [
+          [2, stream, 'm1', 1000, 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
+          'malformed arguments at position 2',
+        ],
       ];
       for (const [args, message] of cases) {
         const [numberOfKeys, ...rest] = args as [number, ...Array<string | number>];
@@ -144,6 +149,14 @@ describe('publishMany with producer dedup', () => {
       }
       expect(await redis.xlen(stream)).toBe(before);
       expect(await redis.exists('m1', 'm2')).toBe(0);
+      // The largest accepted count appends, and the same id again in the same run is a duplicate.
+      const most = Array.from({ length: 3500 }, (_, i) => [`f${i}`, 'v']).flat();
+      const [offsets, duplicates] = await client.eventrailAppendManyDedup(3, stream, 'm1', 'm1', 1000, 7000, ...most, 7000, ...most);
+      expect(offsets).toEqual([offsets[0], offsets[0]]);
+      expect(duplicates).toEqual([0, 1]);
+      expect(await redis.xlen(stream)).toBe(before + 1);
+      expect(await redis.pttl('m1')).toBeGreaterThan(0);
+      await redis.del('m1');
     } finally {
       client.disconnect();
     }
