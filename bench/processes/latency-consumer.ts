@@ -6,7 +6,7 @@
 // what it has). LATENCY_DUMP=<file> also writes each measured event's send
 // time and latency (ms, one pair a line), to see when the slow ones came.
 import { writeFileSync } from 'node:fs';
-import { childConfig, onCommands, report, runChild } from '../support/children';
+import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createLatencyConsumer, LatencySystem } from '../support/latency-consumers';
 import { BenchPayload, hostNow } from '../support/payload';
 import { percentile } from '../support/stats';
@@ -41,6 +41,7 @@ async function main(): Promise<void> {
       p50: percentile(seen, 50),
       p99: percentile(seen, 99),
       max: percentile(seen, 100),
+      cpuMs: cpuMs(cpuStart),
     });
   };
   const consumer = await createLatencyConsumer(config.url, config.prefix, config.system, config.stream, (payload: BenchPayload) => {
@@ -55,6 +56,7 @@ async function main(): Promise<void> {
     if (count === config.expected) finish();
   });
   await consumer.start();
+  const cpuStart = process.cpuUsage();
   onCommands({
     start: async () => undefined,
     stop: async () => {

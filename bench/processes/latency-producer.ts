@@ -5,7 +5,7 @@ import Redis from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailPublisher } from '../../lib';
 import { createQueue, JOB_OPTIONS } from '../support/bullmq';
-import { childConfig, onCommands, report, runChild } from '../support/children';
+import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp } from '../support/eventrail-app';
 import { BENCH_EVENT, BenchPayload, hostNow, makePayload, minimalFields } from '../support/payload';
 
@@ -83,7 +83,11 @@ async function main(): Promise<void> {
   const config = childConfig<LatencyProducerConfig>();
   const sender = await connect(config);
   onCommands({
-    start: async () => report({ type: 'done', sent: await produce(sender, config) }),
+    start: async () => {
+      const cpuStart = process.cpuUsage();
+      const sent = await produce(sender, config);
+      report({ type: 'done', sent, cpuMs: cpuMs(cpuStart) });
+    },
     stop: async () => {
       await sender.close();
       process.exit(0);

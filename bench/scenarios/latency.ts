@@ -21,6 +21,8 @@ const SETTLE_MS = 200;
 const WARMUP_MS = 2_000;
 
 const ms = (key: string): MetricSpec => ({ key, unit: 'ms', digits: 2 });
+/** CPU time (user + system) of the consumer or producer process per 1000 events, warm-up included. */
+const cpu = (key: string): MetricSpec => ({ key, unit: 'CPU ms / 1000 events', digits: 1 });
 
 /** Latency: a producer process at 2000 events/s; publish call to handler start, in the consumer process. */
 export function latency(size: Size): Scenario {
@@ -35,7 +37,7 @@ export function latency(size: Size): Scenario {
   return {
     id: 'latency',
     title: `Latency at ${RATE_PER_SECOND} events/s`,
-    metrics: [ms('p50'), ms('p99'), ms('max')],
+    metrics: [ms('p50'), ms('p99'), ms('max'), cpu('consumerCpu'), cpu('producerCpu')],
     rounds: size === 'quick' ? 1 : 3,
     warmup: false,
     variants: [
@@ -112,9 +114,11 @@ export async function measure(
       const result = consumer.next('latency', warmupMs + durationMs + 60_000);
       await sleep(SETTLE_MS);
       producer.send({ type: 'start' });
-      const { sent } = await producer.next('done', warmupMs + durationMs + 30_000);
-      const { p50, p99, max, count } = await result;
-      return { metrics: { p50, p99, max }, expected: sent - warmup, done: count };
+      const done = await producer.next('done', warmupMs + durationMs + 30_000);
+      const { p50, p99, max, count, cpuMs } = await result;
+      const perThousand = (cpu = 0): number => (cpu * 1000) / (warmup + count);
+      const metrics = { p50, p99, max, consumerCpu: perThousand(cpuMs), producerCpu: perThousand(done.cpuMs) };
+      return { metrics, expected: done.sent - warmup, done: count };
     }
     await producer.next('ready', 60_000);
     const samples: number[] = [];

@@ -6,8 +6,8 @@ import { spawnTypeScript } from '../../test/support/child-processes';
 export type ChildReport =
   | { type: 'ready' }
   | { type: 'progress'; handled: number; lastAt: number }
-  | { type: 'done'; sent: number }
-  | { type: 'latency'; count: number; p50: number; p99: number; max: number }
+  | { type: 'done'; sent: number; cpuMs?: number }
+  | { type: 'latency'; count: number; p50: number; p99: number; max: number; cpuMs?: number }
   | { type: 'window-open' }
   | { type: 'window-closed'; cpuMicros: number; elapsedMs: number }
   | { type: 'failed'; message: string };
@@ -131,4 +131,10 @@ export function onCommands(handlers: Record<ChildCommand['type'], () => Promise<
 
 function failureText(error: unknown): string {
   return (error as Error).stack ?? String(error);
+}
+
+/** This process's user plus system CPU time since `start`, in ms. */
+export function cpuMs(start: NodeJS.CpuUsage): number {
+  const { user, system } = process.cpuUsage(start);
+  return (user + system) / 1000;
 }
