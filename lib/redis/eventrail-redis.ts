@@ -15,6 +15,8 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from '../log/keys';
 import { EventrailClient, registerScripts } from '../scripts/scripts';
 import { describeError } from '../util/describe-error';
+import { EventrailError } from '../errors/eventrail.error';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { withTimeout } from '../util/timeout';
 import { firstSeedError, permanentConnectionFailure } from './connection-failure';
 import { type ProbeAnswer, ServerProbe } from './server-probe';
@@ -26,6 +28,23 @@ import { normalizeRedisUrl } from './redis-url';
  * within `startupTimeoutMs`, registers the scripts and checks that the log's
  * recorded partition count matches the configured one.
  */
+/** Between two tries of the startup checks after Redis went away during them. */
+const STARTUP_RETRY_MS = 200;
+
+/** Replies that say the server is busy or moving (a restart loading its data, a failover), not no. */
+const TRANSIENT_REPLY = /^(?:LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY)\b/;
+
+/**
+ * Whether a startup check that failed with `error` may succeed if tried again:
+ * a lost connection or a busy server may; an answer (a partition mismatch, an
+ * eviction policy refused, a certificate, a permission) will not.
+ */
+function retryableAtStartup(error: unknown): boolean {
+  if (error instanceof EventrailError) return false;
+  if (error instanceof Error && error.name === 'ReplyError') return TRANSIENT_REPLY.test(error.message);
+  return true;
+}
+
 @Injectable()
 export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger(EventrailRedis.name);
@@ -117,12 +136,27 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   private async waitUntilReady(timeoutMs: number): Promise<void> {
     let lastError: Error | undefined;
     const keep = (error: Error): void => void (lastError = error);
+    let waiting = true;
+    // Redis can go away between the connection's 'ready' and the log's checks (a restart, a failover):
+    // those are tried again until startupTimeoutMs, as the connection itself is.
+    const prepared = async (): Promise<void> => {
+      for (;;) {
+        try {
+          return await this.whenPrepared();
+        } catch (error) {
+          if (!waiting || !retryableAtStartup(error)) throw error;
+          if (error instanceof Error) lastError = error;
+          await sleep(STARTUP_RETRY_MS);
+        }
+      }
+    };
     this.client.on('error', keep);
     try {
-      await withTimeout(this.whenPrepared(), timeoutMs, () => {
+      await withTimeout(prepared(), timeoutMs, () => {
         throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`, lastError);
       });
     } finally {
+      waiting = false;
       this.client.off('error', keep);
     }
   }

@@ -11,6 +11,7 @@ import {
   RedisUnavailableError,
 } from '../../lib';
 import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { freePort, startRedisServer } from '../support/redis-server';
@@ -89,6 +90,43 @@ describe('startup and outages', () => {
     expect(error).toBeInstanceOf(RedisUnavailableError);
     expect((error as Error).message).toContain('startupTimeoutMs (400 ms)');
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('waits out Redis going away between the connection and the log check, and starts once it is back within startupTimeoutMs', async () => {
+    let server = await startRedisServer();
+    const { port } = server;
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRoot({ redis: server.url, prefix, startupTimeoutMs: 15_000 })],
+    }).compile();
+    const redis = moduleRef.get(EventrailRedis);
+    // Counts startup's tries of the log check.
+    const check = redis.whenPrepared.bind(redis);
+    let tries = 0;
+    redis.whenPrepared = () => {
+      tries++;
+      return check();
+    };
+    // Redis dies as the connection becomes ready (this listener runs before startup's own), or now if it already is.
+    let killed: Promise<void> | undefined;
+    const kill = (): void => {
+      process.kill(server.pid, 'SIGKILL');
+      killed = server.stop();
+    };
+    if (redis.client.status === 'ready') kill();
+    else redis.client.once('ready', kill);
+    const started = moduleRef.init();
+    await waitFor(() => killed !== undefined, 'Redis killed at the first ready');
+    await killed;
+    // The first check failed (its retries per request ran out while Redis was down) and startup tries again.
+    await waitFor(() => tries >= 2, 'a second try of the startup check');
+    server = await startRedisServer(port);
+    try {
+      const app = await started;
+      expect(await app.get(EventrailPublisher).publish('after.restart', {})).toMatchObject({ partition: 0 });
+      await app.close();
+    } finally {
+      await server.stop();
+    }
   });
 
   it('starts degraded when allowed, rejects publishes while Redis is down, and recovers when it comes up', async () => {
