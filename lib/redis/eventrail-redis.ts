@@ -22,12 +22,6 @@ import { firstSeedError, permanentConnectionFailure } from './connection-failure
 import { type ProbeAnswer, ServerProbe } from './server-probe';
 import { normalizeRedisUrl } from './redis-url';
 
-/**
- * Owns the connection to Redis: creates it from the options (or adopts the
- * application's client, which it then never closes), waits for it at startup
- * within `startupTimeoutMs`, registers the scripts and checks that the log's
- * recorded partition count matches the configured one.
- */
 /** Between two tries of the startup checks after Redis went away during them. */
 const STARTUP_RETRY_MS = 200;
 
@@ -45,6 +39,12 @@ function retryableAtStartup(error: unknown): boolean {
   return true;
 }
 
+/**
+ * Owns the connection to Redis: creates it from the options (or adopts the
+ * application's client, which it then never closes), waits for it at startup
+ * within `startupTimeoutMs`, registers the scripts and checks that the log's
+ * recorded partition count matches the configured one.
+ */
 @Injectable()
 export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger(EventrailRedis.name);
