@@ -39,6 +39,8 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
   private readonly identity: WorkerIdentity;
   private readonly metrics: MetricsHooks;
   private starting?: Promise<void>;
+  /** Moves on at every stop, so a start still trying its steps gives up. */
+  private generation = 0;
   private started = false;
   private waiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = [];
 
@@ -129,8 +131,11 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
     this.starting ??= (async () => {
       await this.redis.whenPrepared();
       if (this.groups.size > 0) {
-        await this.signal.listen((group) => this.groups.get(group)?.requestRebalance());
-        await Promise.all([...this.groups.values()].map((g) => g.start()));
+        // Redis may go away between the log's check and these (a restart): each is tried again for a while.
+        const generation = this.generation;
+        const wanted = (): boolean => generation === this.generation;
+        await this.redis.retryAtStartup(() => this.signal.listen((group) => this.groups.get(group)?.requestRebalance()), wanted);
+        await Promise.all([...this.groups.values()].map((g) => this.redis.retryAtStartup(() => g.start(), wanted)));
         this.logger.log(`Consuming as ${this.identity.id}: ${this.describe()}`);
       }
       this.started = true;
@@ -147,6 +152,7 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
   async stop(): Promise<void> {
     const starting = this.starting;
     this.starting = undefined;
+    this.generation++;
     // A start still waiting for Redis (degraded mode) is simply abandoned.
     if (this.redis.isReady()) await starting?.catch(() => undefined);
     await Promise.all([...this.groups.values()].map((g) => g.stop()));

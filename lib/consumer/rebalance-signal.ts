@@ -18,11 +18,19 @@ export class RebalanceSignal {
   async listen(onGroup: (group: string) => void): Promise<void> {
     if (this.subscriber) return;
     const channel = this.redis.keys.rebalanceChannel;
-    this.subscriber = this.redis.duplicate();
-    this.subscriber.on('message', (received: string, group: string) => {
+    const subscriber = this.redis.duplicate();
+    this.subscriber = subscriber;
+    subscriber.on('message', (received: string, group: string) => {
       if (received === channel) onGroup(group);
     });
-    await this.subscriber.subscribe(channel);
+    try {
+      await subscriber.subscribe(channel);
+    } catch (error) {
+      // Not subscribed: the next listen starts over on a new connection.
+      subscriber.disconnect();
+      if (this.subscriber === subscriber) this.subscriber = undefined;
+      throw error;
+    }
   }
 
   async announce(group: string): Promise<void> {

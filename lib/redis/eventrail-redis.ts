@@ -104,6 +104,24 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     return this.prepared;
   }
 
+  /**
+   * Runs a startup step (joining a group, subscribing), trying it again every
+   * 200 ms while it fails the way a Redis that went away fails (see
+   * `retryableAtStartup`), for up to `startupTimeoutMs`, and while `wanted()`
+   * (false once the app is stopping).
+   */
+  async retryAtStartup<T>(step: () => Promise<T>, wanted: () => boolean): Promise<T> {
+    const deadline = performance.now() + this.options.startupTimeoutMs;
+    for (;;) {
+      try {
+        return await step();
+      } catch (error) {
+        if (!wanted() || !retryableAtStartup(error) || performance.now() + STARTUP_RETRY_MS > deadline) throw error;
+        await sleep(STARTUP_RETRY_MS);
+      }
+    }
+  }
+
   /** True on Redis Cluster, where one pipeline may only touch one slot. */
   get isCluster(): boolean {
     return (this.client as { isCluster?: boolean }).isCluster === true;

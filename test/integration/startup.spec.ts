@@ -2,6 +2,8 @@ import { Injectable, INestApplicationContext, Module, Scope } from '@nestjs/comm
 import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
+  EventrailConsumers,
+  EventrailMessage,
   EventrailModule,
   EventrailPublisher,
   InvalidHandlerError,
@@ -123,6 +125,55 @@ describe('startup and outages', () => {
     try {
       const app = await started;
       expect(await app.get(EventrailPublisher).publish('after.restart', {})).toMatchObject({ partition: 0 });
+      await app.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('waits out Redis going away after the log check, as the consumers join their groups, and consumes once it is back', async () => {
+    const handled: unknown[] = [];
+    @Injectable()
+    class Handlers {
+      @OnEvent('after.outage', 'startup-outage')
+      handle(message: EventrailMessage): void {
+        handled.push(message.data);
+      }
+    }
+    let server = await startRedisServer();
+    const { port } = server;
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRoot({ redis: server.url, prefix: uniquePrefix('start-join'), startupTimeoutMs: 15_000 })],
+      providers: [Handlers],
+    }).compile();
+    const eventrailRedis = moduleRef.get(EventrailRedis);
+    // Redis dies once the log's check has passed, before the consumers subscribe and join.
+    const check = eventrailRedis.whenPrepared.bind(eventrailRedis);
+    let killed: Promise<void> | undefined;
+    eventrailRedis.whenPrepared = async () => {
+      await check();
+      if (!killed) {
+        process.kill(server.pid, 'SIGKILL');
+        killed = server.stop();
+      }
+    };
+    // Until the groups are joined, connections are only made for the rebalance subscription: one per try.
+    const duplicate = eventrailRedis.duplicate.bind(eventrailRedis);
+    let subscribeTries = 0;
+    eventrailRedis.duplicate = () => {
+      subscribeTries++;
+      return duplicate();
+    };
+    const started = moduleRef.init();
+    await waitFor(() => killed !== undefined, 'Redis killed after the log check');
+    await killed;
+    await waitFor(() => subscribeTries >= 2, 'a second try of the subscription');
+    server = await startRedisServer(port);
+    try {
+      const app = await started;
+      await app.get(EventrailPublisher).publish('after.outage', { n: 1 });
+      await app.get(EventrailConsumers).settled();
+      expect(handled).toEqual([{ n: 1 }]);
       await app.close();
     } finally {
       await server.stop();
