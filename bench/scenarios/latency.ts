@@ -107,7 +107,7 @@ export async function measure(
   const producer = new BenchChild('latency-producer', config);
   const consumerConfig: LatencyConsumerConfig = { url: ctx.url, prefix: ctx.prefix, system: consumerSystem, stream, warmup, expected };
   const consumer = inProcess ? undefined : new BenchChild('latency-consumer', consumerConfig);
-  let local: { consumer: LatencyConsumer; samples: number[]; countdown: Countdown } | undefined;
+  let local: LatencyConsumer | undefined;
   try {
     if (consumer) {
       await Promise.all([producer.next('ready', 60_000), consumer.next('ready', 60_000)]);
@@ -124,19 +124,15 @@ export async function measure(
     const samples: number[] = [];
     const countdown = new Countdown(expected);
     let skipped = 0;
-    local = {
-      samples,
-      countdown,
-      consumer: await createLatencyConsumer(ctx.url, ctx.prefix, consumerSystem, stream, (payload) => {
-        if (skipped < warmup) {
-          skipped++;
-          return;
-        }
-        samples.push(hostNow() - payload.sentAt);
-        countdown.hit();
-      }),
-    };
-    await local.consumer.start();
+    local = await createLatencyConsumer(ctx.url, ctx.prefix, consumerSystem, stream, (payload) => {
+      if (skipped < warmup) {
+        skipped++;
+        return;
+      }
+      samples.push(hostNow() - payload.sentAt);
+      countdown.hit();
+    });
+    await local.start();
     await sleep(SETTLE_MS);
     producer.send({ type: 'start' });
     const { sent } = await producer.next('done', warmupMs + durationMs + 30_000);
@@ -144,7 +140,7 @@ export async function measure(
     const metrics = { p50: percentile(samples, 50), p99: percentile(samples, 99), max: percentile(samples, 100) };
     return { metrics, expected: sent - warmup, done: countdown.count };
   } finally {
-    await Promise.all([consumer?.stop(), local?.consumer.close()]);
+    await Promise.all([consumer?.stop(), local?.close()]);
     await producer.stop();
   }
 }

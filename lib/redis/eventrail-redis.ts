@@ -105,18 +105,24 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * Runs a startup step (joining a group, subscribing), trying it again every
-   * 200 ms while it fails the way a Redis that went away fails (see
-   * `retryableAtStartup`), for up to `startupTimeoutMs`, and while `wanted()`
-   * (false once the app is stopping).
+   * Runs a startup step (the log's checks, joining a group, subscribing),
+   * trying it again every 200 ms while it fails the way a Redis that went away
+   * fails (see `retryableAtStartup`) and `wanted()` (false once the app is
+   * stopping); after `startupTimeoutMs` of that, fails with
+   * `RedisUnavailableError` carrying the last failure.
    */
-  async retryAtStartup<T>(step: () => Promise<T>, wanted: () => boolean): Promise<T> {
-    const deadline = performance.now() + this.options.startupTimeoutMs;
+  async retryAtStartup<T>(step: () => Promise<T>, wanted: () => boolean, onFailure?: (error: Error) => void): Promise<T> {
+    const timeoutMs = this.options.startupTimeoutMs;
+    const deadline = performance.now() + timeoutMs;
     for (;;) {
       try {
         return await step();
       } catch (error) {
-        if (!wanted() || !retryableAtStartup(error) || performance.now() + STARTUP_RETRY_MS > deadline) throw error;
+        if (!wanted() || !retryableAtStartup(error)) throw error;
+        if (error instanceof Error) onFailure?.(error);
+        if (performance.now() + STARTUP_RETRY_MS > deadline) {
+          throw new RedisUnavailableError(`still failing after startupTimeoutMs (${timeoutMs} ms) at startup`, error);
+        }
         await sleep(STARTUP_RETRY_MS);
       }
     }
@@ -157,20 +163,14 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     let waiting = true;
     // Redis can go away between the connection's 'ready' and the log's checks (a restart, a failover):
     // those are tried again until startupTimeoutMs, as the connection itself is.
-    const prepared = async (): Promise<void> => {
-      for (;;) {
-        try {
-          return await this.whenPrepared();
-        } catch (error) {
-          if (!waiting || !retryableAtStartup(error)) throw error;
-          if (error instanceof Error) lastError = error;
-          await sleep(STARTUP_RETRY_MS);
-        }
-      }
-    };
+    const prepared = this.retryAtStartup(
+      () => this.whenPrepared(),
+      () => waiting,
+      (error) => (lastError = error),
+    );
     this.client.on('error', keep);
     try {
-      await withTimeout(prepared(), timeoutMs, () => {
+      await withTimeout(prepared, timeoutMs, () => {
         throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`, lastError);
       });
     } finally {

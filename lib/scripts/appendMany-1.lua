@@ -14,22 +14,15 @@
   the arguments are not well formed (an error reply then).
 ]]
 local pcall_redis = redis.pcall
-local MAX_FIELD_ARGS = 7000
+--@include append-run
 
--- Check the shape first, so a malformed call appends nothing.
-local i = 1
-local events = 0
-while i <= #ARGV do
-  local count = tonumber(ARGV[i])
-  if count == nil or count < 2 or count % 2 ~= 0 or count > MAX_FIELD_ARGS or i + count > #ARGV then
-    return redis.error_reply("ERR eventrail appendMany: malformed arguments at position " .. i)
-  end
-  events = events + 1
-  i = i + 1 + count
+local events, malformed = runEvents(1)
+if not events then
+  return redis.error_reply("ERR eventrail appendMany: malformed arguments at position " .. malformed)
 end
 
 local offsets = {}
-i = 1
+local i = 1
 for n = 1, events do
   local count = tonumber(ARGV[i])
   local reply = pcall_redis("XADD", KEYS[1], "*", unpack(ARGV, i + 1, i + count))

@@ -22,21 +22,15 @@
   are not well formed (an error reply then).
 ]]
 local pcall_redis = redis.pcall
-local MAX_FIELD_ARGS = 7000
+--@include append-run
+
 local window = tonumber(ARGV[1])
 if window == nil or window <= 0 then
   return redis.error_reply("ERR eventrail appendManyDedup: the dedup window must be a positive number of ms")
 end
--- Check the shape first, so a malformed call writes nothing.
-local i = 2
-local events = 0
-while i <= #ARGV do
-  local count = tonumber(ARGV[i])
-  if count == nil or count < 2 or count % 2 ~= 0 or count > MAX_FIELD_ARGS or i + count > #ARGV then
-    return redis.error_reply("ERR eventrail appendManyDedup: malformed arguments at position " .. i)
-  end
-  events = events + 1
-  i = i + 1 + count
+local events, malformed = runEvents(2)
+if not events then
+  return redis.error_reply("ERR eventrail appendManyDedup: malformed arguments at position " .. malformed)
 end
 if events ~= #KEYS - 1 then
   return redis.error_reply("ERR eventrail appendManyDedup: " .. events .. " events but " .. (#KEYS - 1) .. " dedup keys")
@@ -47,7 +41,7 @@ local function failed(reply)
 end
 
 local offsets, duplicates = {}, {}
-i = 2
+local i = 2
 for n = 1, events do
   local count = tonumber(ARGV[i])
   local mark = KEYS[n + 1]

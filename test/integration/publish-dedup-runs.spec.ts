@@ -147,6 +147,14 @@ describe('publishMany with producer dedup', () => {
         const [numberOfKeys, ...rest] = args as [number, ...Array<string | number>];
         await expect(client.eventrailAppendManyDedup(numberOfKeys, ...rest)).rejects.toThrow(message);
       }
+      // appendMany checks a run's shape with the same code (append-run.lua).
+      for (const [args, message] of [
+        [[3, 'event', 'x', 'y'], 'appendMany: malformed arguments at position 1'],
+        [[2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 4'],
+        [[2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 4'],
+      ] as Array<[Array<string | number>, string]>) {
+        await expect(client.eventrailAppendMany(stream, ...args)).rejects.toThrow(message);
+      }
       expect(await redis.xlen(stream)).toBe(before);
       expect(await redis.exists('m1', 'm2')).toBe(0);
       // The largest accepted count appends, and the same id again in the same run is a duplicate.
