@@ -3,8 +3,11 @@
 // or BullMQ, takes each handler start's time on the host's monotonic clock,
 // and reports p50 / p99 / max of publish call to handler start once it has
 // seen `expected` events after the `warmup` ones (or, told to stop first,
-// what it has). LATENCY_DUMP=<file> also writes each measured event's send
-// time and latency (ms, one pair a line), to see when the slow ones came.
+// what it has). Told to `await` a number of events, it reports `progress` once
+// it has handled that many in all, warm-up included (the interleaved rounds
+// wait for it before the other system's turn). LATENCY_DUMP=<file> also
+// writes each measured event's send time and latency (ms, one pair a line),
+// to see when the slow ones came.
 import { writeFileSync } from 'node:fs';
 import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createLatencyConsumer, LatencySystem } from '../support/latency-consumers';
@@ -29,6 +32,9 @@ async function main(): Promise<void> {
   let count = 0;
   let reported = false;
   let skipped = 0;
+  /** An `await` command's count, and what it waits on. */
+  let awaited = Infinity;
+  let reached: () => void = () => undefined;
   const arrivals = new Float64Array(config.expected);
   const finish = (): void => {
     if (reported) return;
@@ -45,20 +51,28 @@ async function main(): Promise<void> {
     });
   };
   const consumer = await createLatencyConsumer(config.url, config.prefix, config.system, config.stream, (payload: BenchPayload) => {
-    if (skipped < config.warmup) {
-      skipped++;
-      return;
-    }
-    if (count < config.expected) {
+    if (skipped < config.warmup) skipped++;
+    else if (count < config.expected) {
       if (DUMP) arrivals[count] = payload.sentAt;
       samples[count++] = hostNow() - payload.sentAt;
+      if (count === config.expected) finish();
     }
-    if (count === config.expected) finish();
+    if (skipped + count >= awaited) {
+      awaited = Infinity;
+      reached();
+    }
   });
   await consumer.start();
   const cpuStart = process.cpuUsage();
   onCommands({
     start: async () => undefined,
+    await: async ({ handled }) => {
+      if (skipped + count < handled) {
+        awaited = handled;
+        await new Promise<void>((resolve) => (reached = resolve));
+      }
+      report({ type: 'progress', handled: skipped + count, lastAt: hostNow() });
+    },
     stop: async () => {
       finish();
       await consumer.close();

@@ -1,6 +1,8 @@
 // The latency scenario's producer: appends events at a steady rate, each
 // payload carrying the time its publish call started, through eventrail, raw
-// XADD or BullMQ, so the consumer in the parent measures publish-to-handler-start.
+// XADD or BullMQ, so the consumer measures publish-to-handler-start. `start`
+// sends `durationMs` worth of events; `send` (the interleaved rounds) a given
+// number. Each reports `done` with the CPU time it took.
 import Redis from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EventrailPublisher } from '../../lib';
@@ -16,6 +18,7 @@ export interface LatencyProducerConfig {
   /** Raw XADD appends to this stream. */
   stream: string;
   ratePerSecond: number;
+  /** What `start` sends; `send` commands give their own count. */
   durationMs: number;
 }
 
@@ -45,13 +48,12 @@ async function connect(config: LatencyProducerConfig): Promise<Sender> {
 }
 
 /**
- * Sends `rate × duration` events on schedule: a 1 ms timer wakes the loop, which
+ * Sends `total` events on schedule at `ratePerSecond`: a 1 ms timer wakes the loop, which
  * sends every event that is due (about two a tick at 2000/s), without waiting
  * for earlier sends, so a slow reply never delays the schedule.
  */
-async function produce(sender: Sender, config: LatencyProducerConfig): Promise<number> {
-  const total = Math.round((config.ratePerSecond * config.durationMs) / 1000);
-  const intervalMs = 1000 / config.ratePerSecond;
+async function produce(sender: Sender, ratePerSecond: number, total: number): Promise<number> {
+  const intervalMs = 1000 / ratePerSecond;
   // Sends are counted, not kept: holding every send's promise (and its result) until the end would
   // make the producer's heap, and its GC pauses, grow with the run, more for bigger results.
   let outstanding = 0;
@@ -82,12 +84,14 @@ async function produce(sender: Sender, config: LatencyProducerConfig): Promise<n
 async function main(): Promise<void> {
   const config = childConfig<LatencyProducerConfig>();
   const sender = await connect(config);
+  const sendTimed = async (total: number): Promise<void> => {
+    const cpuStart = process.cpuUsage();
+    const sent = await produce(sender, config.ratePerSecond, total);
+    report({ type: 'done', sent, cpuMs: cpuMs(cpuStart) });
+  };
   onCommands({
-    start: async () => {
-      const cpuStart = process.cpuUsage();
-      const sent = await produce(sender, config);
-      report({ type: 'done', sent, cpuMs: cpuMs(cpuStart) });
-    },
+    start: () => sendTimed(Math.round((config.ratePerSecond * config.durationMs) / 1000)),
+    send: ({ events }) => sendTimed(events),
     stop: async () => {
       await sender.close();
       process.exit(0);

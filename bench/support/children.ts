@@ -12,8 +12,15 @@ export type ChildReport =
   | { type: 'window-closed'; cpuMicros: number; elapsedMs: number }
   | { type: 'failed'; message: string };
 
-/** What the parent tells a child. */
-export type ChildCommand = { type: 'start' } | { type: 'stop' };
+/**
+ * What the parent tells a child. The latency scenario's interleaved rounds
+ * also ask a producer to `send` a number of events at its rate, and a
+ * consumer to report `progress` once it has `handled` that many in all.
+ */
+export type ChildCommand = { type: 'start' } | { type: 'stop' } | { type: 'send'; events: number } | { type: 'await'; handled: number };
+
+/** What a child does on each command it knows: the ones it leaves out are reported as failures. */
+export type CommandHandlers = { [K in ChildCommand['type']]?: (command: Extract<ChildCommand, { type: K }>) => Promise<void> };
 
 const CONFIG_ENV = 'BENCH_CHILD_CONFIG';
 
@@ -119,10 +126,12 @@ export function runChild(main: () => Promise<void>): void {
  * In a child: runs `handlers` on the parent's commands, and exits when the
  * parent goes away (it died, or was killed) so no child outlives a run.
  */
-export function onCommands(handlers: Record<ChildCommand['type'], () => Promise<void>>): void {
+export function onCommands(handlers: CommandHandlers): void {
   process.on('disconnect', () => process.exit(1));
   process.on('message', (command: ChildCommand) => {
-    handlers[command.type]().catch((error: unknown) => {
+    const handler = handlers[command.type] as ((command: ChildCommand) => Promise<void>) | undefined;
+    const done = handler ? handler(command) : Promise.reject(new Error(`this child does not take "${command.type}" commands`));
+    done.catch((error: unknown) => {
       report({ type: 'failed', message: failureText(error) });
       process.exitCode = 1;
     });
