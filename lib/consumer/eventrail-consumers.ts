@@ -134,8 +134,18 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
         // Redis may go away between the log's check and these (a restart): each is tried again for a while.
         const generation = this.generation;
         const wanted = (): boolean => generation === this.generation;
-        await this.redis.retryAtStartup(() => this.signal.listen((group) => this.groups.get(group)?.requestRebalance()), wanted);
-        await Promise.all([...this.groups.values()].map((g) => this.redis.retryAtStartup(() => g.start(), wanted)));
+        try {
+          await this.redis.retryAtStartup(() => this.signal.listen((group) => this.groups.get(group)?.requestRebalance()), wanted);
+          if (wanted()) await Promise.all([...this.groups.values()].map((g) => this.redis.retryAtStartup(() => g.start(), wanted)));
+        } catch (error) {
+          if (wanted()) throw error;
+        }
+        // Stopped meanwhile by a stop that did not wait for Redis: each group undid its own start, and the
+        // subscription goes too (unless a newer start runs, which shares it).
+        if (!wanted()) {
+          if (this.starting === undefined) this.signal.close();
+          return;
+        }
         this.logger.log(`Consuming as ${this.identity.id}: ${this.describe()}`);
       }
       this.started = true;

@@ -34,6 +34,8 @@ export class GroupConsumer {
   private members: string[] = [];
   private timer?: NodeJS.Timeout;
   private running = false;
+  /** Counts `stop()` calls: a start that sees the count move was stopped on its way, and undoes itself. */
+  private stops = 0;
   /** One rebalance at a time; one asked for meanwhile runs once more afterwards. */
   private readonly rebalancer = new SerialTask(
     () => this.balanceOnce(),
@@ -86,6 +88,7 @@ export class GroupConsumer {
   }
 
   async start(): Promise<void> {
+    const stops = this.stops;
     this.members = await this.membership.join(this.handlers.keys());
     this.running = true;
     await this.announce(this.name);
@@ -93,6 +96,8 @@ export class GroupConsumer {
     const interval = Math.max(100, Math.floor(Math.min(this.options.lockTtlMs, this.options.heartbeatTtlMs) / 3));
     this.timer = setInterval(() => void this.ticker.run(), interval);
     this.timer.unref();
+    // A stop came while this start waited for Redis and found little or nothing running: what this start took goes back now.
+    if (this.stops !== stops) await this.stop();
   }
 
   /**
@@ -105,6 +110,7 @@ export class GroupConsumer {
 
   /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
   async stop(): Promise<void> {
+    this.stops++;
     if (!this.running) return;
     this.running = false;
     clearInterval(this.timer);

@@ -12,6 +12,13 @@ import { describeError } from '../util/describe-error';
 export class RebalanceSignal {
   private readonly logger = new Logger(RebalanceSignal.name);
   private subscriber?: Redis | Cluster;
+  /**
+   * Fails the subscription in flight on `close()`. A SUBSCRIBE sent while
+   * Redis was down, on a connection then disconnected while it reconnected,
+   * never settled: a stop during a start that waited out an outage left that
+   * start hanging (test/integration/startup.spec.ts).
+   */
+  private abandon?: (error: Error) => void;
 
   constructor(private readonly redis: EventrailRedis) {}
 
@@ -24,12 +31,17 @@ export class RebalanceSignal {
       if (received === channel) onGroup(group);
     });
     try {
-      await subscriber.subscribe(channel);
+      await new Promise<void>((resolve, reject) => {
+        this.abandon = reject;
+        subscriber.subscribe(channel).then(() => resolve(), reject);
+      });
     } catch (error) {
       // Not subscribed: the next listen starts over on a new connection.
       subscriber.disconnect();
       if (this.subscriber === subscriber) this.subscriber = undefined;
       throw error;
+    } finally {
+      this.abandon = undefined;
     }
   }
 
@@ -43,6 +55,7 @@ export class RebalanceSignal {
   }
 
   close(): void {
+    this.abandon?.(new Error('the rebalance subscription was closed while subscribing'));
     this.subscriber?.disconnect();
     this.subscriber = undefined;
   }

@@ -108,8 +108,10 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
    * Runs a startup step (the log's checks, joining a group, subscribing),
    * trying it again every 200 ms while it fails the way a Redis that went away
    * fails (see `retryableAtStartup`) and `wanted()` (false once the app is
-   * stopping); after `startupTimeoutMs` of that, fails with
-   * `RedisUnavailableError` carrying the last failure.
+   * stopping: asked after each failure and again after each wait, so a stop
+   * during the wait is not followed by another try); after
+   * `startupTimeoutMs` of that, fails with `RedisUnavailableError` carrying
+   * the last failure. No longer wanted, it fails with the last failure.
    */
   async retryAtStartup<T>(step: () => Promise<T>, wanted: () => boolean, onFailure?: (error: Error) => void): Promise<T> {
     const timeoutMs = this.options.startupTimeoutMs;
@@ -124,6 +126,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
           throw new RedisUnavailableError(`still failing after startupTimeoutMs (${timeoutMs} ms) at startup`, error);
         }
         await sleep(STARTUP_RETRY_MS);
+        if (!wanted()) throw error;
       }
     }
   }

@@ -12,6 +12,7 @@ import {
   PartitionMismatchError,
   RedisUnavailableError,
 } from '../../lib';
+import { RebalanceSignal } from '../../lib/consumer/rebalance-signal';
 import { EventrailKeys } from '../../lib/log/keys';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
@@ -176,6 +177,99 @@ describe('startup and outages', () => {
       expect(handled).toEqual([{ n: 1 }]);
       await app.close();
     } finally {
+      await server.stop();
+    }
+  });
+
+  it('stays stopped when stopped while its start waits out an outage: nothing joins or takes a lease once Redis is back', async () => {
+    @Injectable()
+    class Handlers {
+      @OnEvent('never.started', 'startup-stop')
+      handle(): void {}
+    }
+    let server = await startRedisServer();
+    const { port } = server;
+    const logPrefix = uniquePrefix('start-stop');
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRoot({ redis: server.url, prefix: logPrefix, startupTimeoutMs: 15_000 })],
+      providers: [Handlers],
+    }).compile();
+    const eventrailRedis = moduleRef.get(EventrailRedis);
+    // Redis dies once the log's check has passed, before the consumers subscribe and join.
+    const check = eventrailRedis.whenPrepared.bind(eventrailRedis);
+    let killed: Promise<void> | undefined;
+    eventrailRedis.whenPrepared = async () => {
+      await check();
+      if (!killed) {
+        process.kill(server.pid, 'SIGKILL');
+        killed = server.stop();
+      }
+    };
+    const duplicate = eventrailRedis.duplicate.bind(eventrailRedis);
+    let subscribeTries = 0;
+    eventrailRedis.duplicate = () => {
+      subscribeTries++;
+      return duplicate();
+    };
+    const started = moduleRef.init();
+    await waitFor(() => killed !== undefined, 'Redis killed after the log check');
+    await killed;
+    await waitFor(() => subscribeTries >= 2, 'a second try of the subscription');
+    // The stop does not wait for Redis; the start must not go on once Redis is back.
+    await moduleRef.get(EventrailConsumers).stop();
+    server = await startRedisServer(port);
+    const inspect = new Redis(server.url);
+    try {
+      const app = await started;
+      const keys = new EventrailKeys(logPrefix, 1);
+      expect(app.get(EventrailConsumers).isRunning).toBe(false);
+      expect(await inspect.exists(keys.lease('startup-stop', 0), keys.members('startup-stop'))).toBe(0);
+      await app.close();
+    } finally {
+      inspect.disconnect();
+      await server.stop();
+    }
+  });
+
+  it('stays stopped when stopped while a group joins during an outage: what the join took goes back once Redis is back', async () => {
+    @Injectable()
+    class Handlers {
+      @OnEvent('never.joined', 'startup-join-stop')
+      handle(): void {}
+    }
+    let server = await startRedisServer();
+    const { port } = server;
+    const logPrefix = uniquePrefix('join-stop');
+    const moduleRef = await Test.createTestingModule({
+      imports: [EventrailModule.forRoot({ redis: server.url, prefix: logPrefix, startupTimeoutMs: 15_000 })],
+      providers: [Handlers],
+    }).compile();
+    // Redis dies once the rebalance subscription is in place, as the group sends its join.
+    const original = RebalanceSignal.prototype.listen;
+    let killed: Promise<void> | undefined;
+    const listen = jest.spyOn(RebalanceSignal.prototype, 'listen').mockImplementation(async function (this: RebalanceSignal, onGroup) {
+      await original.call(this, onGroup);
+      if (!killed) {
+        process.kill(server.pid, 'SIGKILL');
+        killed = server.stop();
+      }
+    });
+    const inspect = new Redis(port, { lazyConnect: true });
+    try {
+      const started = moduleRef.init();
+      await waitFor(() => killed !== undefined, 'Redis killed after the subscription');
+      await killed;
+      // The join waits for Redis (or for its next try); the stop does not.
+      await moduleRef.get(EventrailConsumers).stop();
+      server = await startRedisServer(port);
+      const app = await started;
+      const keys = new EventrailKeys(logPrefix, 1);
+      expect(app.get(EventrailConsumers).isRunning).toBe(false);
+      expect(await inspect.exists(keys.lease('startup-join-stop', 0), keys.members('startup-join-stop'))).toBe(0);
+      await app.close();
+    } finally {
+      listen.mockRestore();
+      inspect.disconnect();
       await server.stop();
     }
   });
