@@ -66,8 +66,20 @@ export type PublishedData<E extends EventRef> = E extends EventDefinition ? Even
 export type CheckedInput<I> = I extends { event: infer D extends EventDefinition } ? Omit<I, 'data'> & { data: EventInput<D> } : I;
 
 const MAX_ID_LENGTH = 200;
-/** Most events in one appendMany call. */
+/** Most events in one appendMany call of coalesced `publish` calls. */
 const RUN_EVENTS = 1000;
+/**
+ * Most events in one appendMany call of a `publishMany`. Each such run is
+ * written as soon as it is built, so Redis appends the first runs while the
+ * later ones are built and the first replies are read: `publishMany` of 1000
+ * events to one partition went from about 100 000 to 125 000-145 000 events/s
+ * with runs of 100-250 instead of one run of 1000
+ * (bench/tools/prof-publish-many.ts; docs/performance.md). Not for coalesced
+ * `publish` calls: a thousand callers answered in eight parts came back in
+ * smaller batches (the publish-callers ratio was 0.93-0.94 against 0.98-1.04,
+ * two runs each).
+ */
+const STREAMED_RUN_EVENTS = 128;
 /** About the most field characters in one appendMany call (a call is one command: Redis buffers it whole). */
 const RUN_BYTES = 4 * 1024 * 1024;
 const MAX_KEY_LENGTH = 1024;
@@ -99,7 +111,7 @@ export class EventrailPublisher {
   ) {
     this.appends = new AppendCoalescer<Prepared>(
       (p) => sendLean(this.redis.client, 'xadd', [this.redis.keys.stream(p.partition), '*', ...p.fields]),
-      async (batch) => (await this.append(batch, false)).replies,
+      async (batch) => (await this.append(batch, false, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
     );
   }
@@ -196,7 +208,7 @@ export class EventrailPublisher {
     this.appends.flush();
     let sent: { replies: AppendReply[]; confirmed: number };
     try {
-      sent = await this.append(prepared, replicated);
+      sent = await this.append(prepared, replicated, true);
     } catch (error) {
       throw new RedisUnavailableError(
         `publish of ${prepared.length} event(s) failed after it was sent: they may or may not have been appended`,
@@ -229,10 +241,14 @@ export class EventrailPublisher {
    * a pipeline may only touch one slot, so there it is one pipeline (and one
    * `WAIT`, on that partition's primary) per partition, sent together; order
    * within a partition is what is promised. `confirmed` is the fewest replicas
-   * any `WAIT` reported.
+   * any `WAIT` reported. `streamed` (a `publishMany`): see `sendRuns`.
    */
-  private async append(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
-    if (!this.redis.isCluster) return this.appendBatch(prepared, replicated);
+  private async append(
+    prepared: Prepared[],
+    replicated: boolean,
+    streamed: boolean,
+  ): Promise<{ replies: AppendReply[]; confirmed: number }> {
+    if (!this.redis.isCluster) return this.appendBatch(prepared, replicated, streamed);
     const byPartition = new Map<number, number[]>();
     prepared.forEach((p, i) => {
       const indexes = byPartition.get(p.partition);
@@ -246,6 +262,7 @@ export class EventrailPublisher {
         const part = await this.appendBatch(
           indexes.map((i) => prepared[i]),
           replicated,
+          streamed,
         );
         indexes.forEach((index, j) => (replies[index] = part.replies[j] ?? [new Error('no reply'), null]));
         confirmed = Math.min(confirmed, part.confirmed);
@@ -254,7 +271,11 @@ export class EventrailPublisher {
     return { replies, confirmed };
   }
 
-  private async appendBatch(prepared: Prepared[], replicated: boolean): Promise<{ replies: AppendReply[]; confirmed: number }> {
+  private async appendBatch(
+    prepared: Prepared[],
+    replicated: boolean,
+    streamed: boolean,
+  ): Promise<{ replies: AppendReply[]; confirmed: number }> {
     const { keys, client } = this.redis;
     const { replicas, timeoutMs } = this.options.replication;
     // Nothing is awaited before the commands are written, so a call made right after this one cannot overtake it.
@@ -263,8 +284,8 @@ export class EventrailPublisher {
     const replies: AppendReply[] = new Array(prepared.length);
     const sent: Array<Promise<void>> = [];
     let waited: Promise<unknown> | undefined;
-    const corked = corkedWrite(client, () => {
-      if (scripted) this.sendRuns(prepared, replies, sent);
+    const corked = corkedWrite(client, (sendNow) => {
+      if (scripted) this.sendRuns(prepared, replies, sent, streamed ? sendNow : undefined);
       else for (let i = 0; i < prepared.length; i++) sent.push(this.settleInto(replies, i, this.appendOne(prepared[i])));
       if (replicated) waited = client.wait(replicas, timeoutMs);
     });
@@ -293,9 +314,13 @@ export class EventrailPublisher {
    * `RUN_EVENTS` events and about `RUN_BYTES` of fields each, so a call stays
    * far below Redis's query buffer limit); a run of one is a plain append.
    * Order holds per partition, which is what is promised; the commands leave
-   * in the order they are sent here.
+   * in the order they are sent here. With `sendNow` (a `publishMany`), runs
+   * hold at most `STREAMED_RUN_EVENTS` and each leaves at once, so Redis
+   * starts on it while the next is built; single appends leave with what
+   * follows them.
    */
-  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>): void {
+  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
+    const most = sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS;
     const byPartition = new Map<number, number[]>();
     for (let i = 0; i < prepared.length; i++) {
       const indexes = byPartition.get(prepared[i].partition);
@@ -327,6 +352,7 @@ export class EventrailPublisher {
           );
           sent.push(this.settleDedupRun(replies, run, call));
         }
+        if (run.length > 1) sendNow?.();
         run = [];
         marks = [];
         args = [];
@@ -344,7 +370,7 @@ export class EventrailPublisher {
           bytes += field.length;
         }
         run.push(index);
-        if (run.length >= RUN_EVENTS || bytes >= RUN_BYTES) flush();
+        if (run.length >= most || bytes >= RUN_BYTES) flush();
       }
       flush();
     }
