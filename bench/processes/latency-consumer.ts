@@ -6,8 +6,9 @@
 // what it has). Told to `await` a number of events, it reports `progress` once
 // it has handled that many in all, warm-up included (the interleaved rounds
 // wait for it before the other system's turn). LATENCY_DUMP=<file> also
-// writes each measured event's send time and latency (ms, one pair a line),
-// to see when the slow ones came.
+// writes each measured event's send time and latency (ms, one pair a line) to
+// <file>.<system> (the interleaved rounds run two consumers), to see when the
+// slow ones came.
 import { writeFileSync } from 'node:fs';
 import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createLatencyConsumer, LatencySystem } from '../support/latency-consumers';
@@ -32,6 +33,8 @@ async function main(): Promise<void> {
   let count = 0;
   let reported = false;
   let skipped = 0;
+  /** Events handled in all, warm-ups included. */
+  let handled = 0;
   /** An `await` command's count, and what it waits on. */
   let awaited = Infinity;
   let reached: () => void = () => undefined;
@@ -39,7 +42,11 @@ async function main(): Promise<void> {
   const finish = (): void => {
     if (reported) return;
     reported = true;
-    if (DUMP) writeFileSync(DUMP, Array.from(samples.subarray(0, count), (v, i) => `${arrivals[i].toFixed(3)} ${v.toFixed(3)}`).join('\n'));
+    if (DUMP)
+      writeFileSync(
+        `${DUMP}.${config.system}`,
+        Array.from(samples.subarray(0, count), (v, i) => `${arrivals[i].toFixed(3)} ${v.toFixed(3)}`).join('\n'),
+      );
     const seen = Array.from(samples.subarray(0, count));
     report({
       type: 'latency',
@@ -51,13 +58,14 @@ async function main(): Promise<void> {
     });
   };
   const consumer = await createLatencyConsumer(config.url, config.prefix, config.system, config.stream, (payload: BenchPayload) => {
+    handled++;
     if (skipped < config.warmup) skipped++;
     else if (count < config.expected) {
       if (DUMP) arrivals[count] = payload.sentAt;
       samples[count++] = hostNow() - payload.sentAt;
       if (count === config.expected) finish();
     }
-    if (skipped + count >= awaited) {
+    if (handled >= awaited) {
       awaited = Infinity;
       reached();
     }
@@ -66,12 +74,12 @@ async function main(): Promise<void> {
   const cpuStart = process.cpuUsage();
   onCommands({
     start: async () => undefined,
-    await: async ({ handled }) => {
-      if (skipped + count < handled) {
-        awaited = handled;
+    await: async (command) => {
+      if (handled < command.handled) {
+        awaited = command.handled;
         await new Promise<void>((resolve) => (reached = resolve));
       }
-      report({ type: 'progress', handled: skipped + count, lastAt: hostNow() });
+      report({ type: 'progress', handled, lastAt: hostNow() });
     },
     stop: async () => {
       finish();
