@@ -171,10 +171,11 @@ export async function measure(
  * both up, then gives them turns of `TURN_MS` (A B B A ...) and reports each
  * system's percentiles over all of its turns. Run one after the other, a
  * round's two measurements fall in different phases of a shared host, whose
- * own p99 moved 0.3-2.3 ms from one 10 s stretch to the next (the raw loop's,
+ * own p99 moved 0.3-6.5 ms from one 10 s stretch to the next (the raw loop's,
  * docs/performance.md); taking turns a second at a time, both see the same
  * phases. A system waits while the other has its turn: its consumer blocks in
- * XREAD, eventrail's renews its lease now and then.
+ * XREAD, eventrail's renews its lease now and then. The first events after a
+ * wait were checked for a tail of their own (LATENCY_DUMP): they had none.
  *
  * The two variants share one run a round: the first of them to run measures
  * both and keeps the other's result for it (with `--variants` naming only one,
@@ -212,7 +213,7 @@ async function measureInterleaved(ctx: RunContext, durationMs: number): Promise<
   const warmup = durationMs >= 5_000 ? Math.round((RATE_PER_SECOND * WARMUP_MS) / 1000) : 0;
   const systems = ['eventrail', 'raw'] as const;
   const pairs: Pair[] = systems.map((system) => {
-    // eventrail's keys and the raw loop's stream do not meet under one prefix (the run's keys are deleted afterwards).
+    // One prefix for both (the run's keys are deleted afterwards): the raw loop's stream is no key of eventrail's.
     const { prefix } = ctx;
     const stream = `${prefix}:stream`;
     const producer: LatencyProducerConfig = { url: ctx.url, prefix, system, stream, ratePerSecond: RATE_PER_SECOND, durationMs: 0 };
