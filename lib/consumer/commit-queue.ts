@@ -15,6 +15,8 @@ export type SendCommit = (mark: string, doneIds: readonly string[]) => Promise<b
  */
 export class CommitQueue {
   private inFlight?: Promise<boolean>;
+  /** The done ids of the commit in flight. */
+  private inFlightIds: readonly string[] = [];
   private queued?: { mark: string; doneIds: string[] };
   private timer?: NodeJS.Timeout;
   private lastSentAt = -Infinity;
@@ -60,6 +62,20 @@ export class CommitQueue {
     return this.idle;
   }
 
+  /**
+   * The ids of `ids` whose done-marks are queued or in flight: done, though
+   * Redis may not say so yet. An id can come back in a later batch (a replay
+   * next to the original, an outbox row appended twice) while the commit that
+   * marks it waits out the spacing; idempotency must skip it then too.
+   */
+  pending(ids: readonly string[]): string[] {
+    const queued = this.queued?.doneIds ?? [];
+    if (queued.length === 0 && this.inFlightIds.length === 0) return [];
+    const marked = new Set(queued);
+    for (const id of this.inFlightIds) marked.add(id);
+    return ids.filter((id) => marked.has(id));
+  }
+
   /** The lease is gone: nothing queued is sent any more (a commit in flight still settles). */
   cancel(): void {
     this.failed = true;
@@ -85,6 +101,7 @@ export class CommitQueue {
     if (!next) return;
     this.queued = undefined;
     this.lastSentAt = performance.now();
+    this.inFlightIds = next.doneIds;
     const inFlight = this.send(next.mark, next.doneIds).catch(() => false);
     this.inFlight = inFlight;
     void inFlight.then((ok) => this.landed(ok));
@@ -92,6 +109,7 @@ export class CommitQueue {
 
   private landed(ok: boolean): void {
     this.inFlight = undefined;
+    this.inFlightIds = [];
     if (!ok) {
       this.failed = true;
       this.queued = undefined;

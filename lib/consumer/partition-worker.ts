@@ -363,12 +363,17 @@ export class PartitionWorker {
     return 'continue';
   }
 
-  /** Event ids of `entries` that idempotency already recorded as done: one round trip per batch. */
+  /**
+   * Event ids of `entries` that idempotency already recorded as done (one round trip per batch), or that
+   * an earlier batch of this worker handled and whose commit has not landed yet.
+   */
   private async doneIds(entries: Entry[]): Promise<Set<string>> {
     const ids: string[] = [];
     for (const entry of entries) if (!isMalformed(entry) && this.params.processor.wants(entry)) ids.push(entry.id);
     const done = new Set<string>();
     if (ids.length === 0) return done;
+    // Taken before the lookup leaves: a commit queued now may land while it travels, after Redis answered it.
+    for (const id of this.commits.pending(ids)) done.add(id);
     const { redis, lease } = this.params;
     const scores = (await redis.client.zmscore(redis.keys.done(lease.group, lease.partition), ...ids)) as Array<string | null>;
     const now = Date.now();

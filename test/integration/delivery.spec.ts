@@ -232,6 +232,30 @@ describe('delivery guarantees', () => {
     expect(audited()).toEqual([1, 2, 3]);
   });
 
+  it("with enableIdempotency skips an event id handled in the previous batch, while that batch's commit still waits to leave", async () => {
+    // Each handler publishes the next event itself, so the three arrive one batch each, milliseconds apart: the
+    // first batch's commit leaves at once, the second's waits out the commit spacing (25 ms), and the third
+    // batch, the second event's id again (a replay next to the original), is looked up meanwhile.
+    const handled: string[] = [];
+    @Injectable()
+    class Chain {
+      constructor(private readonly publisher: EventrailPublisher) {}
+
+      @OnEvent('chain.step', { group: 'chain', enableIdempotency: true, idempotencyTtlMs: 60_000 })
+      step(message: EventrailMessage<{ next?: string }>): void {
+        handled.push(message.id);
+        const { next } = message.data;
+        if (next !== undefined) void this.publisher.publish('chain.step', next === 'again' ? {} : { next: 'again' }, { id: 'twice' });
+      }
+    }
+    const app = await start({ dedupWindowMs: 0 }, [Chain]);
+    await app.get(EventrailPublisher).publish('chain.step', { next: 'twice' }, { id: 'first' });
+    await waitFor(async () => (await redis.xlen(keys.stream(0))) === 3, 'three entries');
+    await app.get(EventrailConsumers).settled();
+    expect(handled).toEqual(['first', 'twice']);
+    expect(app.get(EventrailConsumers).stats().chain).toMatchObject({ handled: 2, skippedDuplicates: 1 });
+  });
+
   it('with dedupWindowMs appends an explicit id once per window and returns the first offset', async () => {
     const app = await start({ dedupWindowMs: 300, autoStart: false });
     const publisher = app.get(EventrailPublisher);
