@@ -1,5 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -9,6 +10,32 @@ import { freePort, waitUntilAnswers } from './redis-server';
 import { TlsFiles, tlsServerArgs } from './tls-certs';
 
 const run = promisify(execFile);
+
+/** The cluster bus of a node listens at its port + 10000. */
+const BUS_PORT_OFFSET = 10_000;
+
+/** True when nothing listens on `port` on loopback now. */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A free port whose cluster bus port is free too. The OS hands out a free
+ * port, but its bus port (+10000) can be another socket's, and that node
+ * then exits at once (the likely cause of a cluster suite's setup failing
+ * once in CI with "did not answer within 10000 ms: Connection is closed").
+ */
+async function freeNodePort(): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    if (port + BUS_PORT_OFFSET <= 65_535 && (await canListen(port + BUS_PORT_OFFSET))) return port;
+  }
+}
 
 export interface ClusterNode {
   port: number;
@@ -52,8 +79,9 @@ export async function startRedisCluster(masters = 3, tls?: TlsFiles): Promise<Re
     return child.pid as number;
   };
   for (let i = 0; i < masters * 2; i++) {
-    const port = await freePort();
-    const tlsPort = tls ? await freePort() : undefined;
+    const port = await freeNodePort();
+    // Over TLS the bus listens at the TLS port + 10000.
+    const tlsPort = tls ? await freeNodePort() : undefined;
     const node: ClusterNode = {
       port,
       tlsPort,
