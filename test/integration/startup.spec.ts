@@ -1,5 +1,5 @@
 import { Injectable, INestApplicationContext, Module, Scope } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
+import { Test, TestingModule } from '@nestjs/testing';
 import Redis from 'ioredis';
 import {
   EventrailConsumers,
@@ -17,7 +17,7 @@ import { EventrailKeys } from '../../lib/log/keys';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { freePort, startRedisServer } from '../support/redis-server';
+import { freePort, RedisServer, startRedisServer } from '../support/redis-server';
 
 async function initError(imports: unknown[], providers: unknown[] = []): Promise<unknown> {
   try {
@@ -28,6 +28,51 @@ async function initError(imports: unknown[], providers: unknown[] = []): Promise
   } catch (error) {
     return error;
   }
+}
+
+/** SIGKILLs `server` (by pid) the first time `kill` is called; `killed` settles once it has exited. */
+function outage(server: RedisServer): { kill(): void; readonly killed: Promise<void> | undefined } {
+  let killed: Promise<void> | undefined;
+  return {
+    kill: () => {
+      if (killed) return;
+      process.kill(server.pid, 'SIGKILL');
+      killed = server.stop();
+    },
+    get killed() {
+      return killed;
+    },
+  };
+}
+
+/**
+ * Starts `moduleRef` with `server` SIGKILLed once the log's check has passed,
+ * before the consumers subscribe and join, and returns once startup has tried
+ * the subscription a second time (Redis still down). `started` is `init()`.
+ */
+async function initThroughOutageAfterLogCheck(
+  moduleRef: TestingModule,
+  server: RedisServer,
+): Promise<{ started: Promise<INestApplicationContext> }> {
+  const eventrailRedis = moduleRef.get(EventrailRedis);
+  const down = outage(server);
+  const check = eventrailRedis.whenPrepared.bind(eventrailRedis);
+  eventrailRedis.whenPrepared = async () => {
+    await check();
+    down.kill();
+  };
+  // Until the groups are joined, connections are only made for the rebalance subscription: one per try.
+  const duplicate = eventrailRedis.duplicate.bind(eventrailRedis);
+  let subscribeTries = 0;
+  eventrailRedis.duplicate = () => {
+    subscribeTries++;
+    return duplicate();
+  };
+  const started = moduleRef.init();
+  await waitFor(() => down.killed !== undefined, 'Redis killed after the log check');
+  await down.killed;
+  await waitFor(() => subscribeTries >= 2, 'a second try of the subscription');
+  return { started };
 }
 
 describe('startup and outages', () => {
@@ -110,16 +155,12 @@ describe('startup and outages', () => {
       return check();
     };
     // Redis dies as the connection becomes ready (this listener runs before startup's own), or now if it already is.
-    let killed: Promise<void> | undefined;
-    const kill = (): void => {
-      process.kill(server.pid, 'SIGKILL');
-      killed = server.stop();
-    };
-    if (redis.client.status === 'ready') kill();
-    else redis.client.once('ready', kill);
+    const down = outage(server);
+    if (redis.client.status === 'ready') down.kill();
+    else redis.client.once('ready', down.kill);
     const started = moduleRef.init();
-    await waitFor(() => killed !== undefined, 'Redis killed at the first ready');
-    await killed;
+    await waitFor(() => down.killed !== undefined, 'Redis killed at the first ready');
+    await down.killed;
     // The first check failed (its retries per request ran out while Redis was down) and startup tries again.
     await waitFor(() => tries >= 2, 'a second try of the startup check');
     server = await startRedisServer(port);
@@ -147,28 +188,7 @@ describe('startup and outages', () => {
       imports: [EventrailModule.forRoot({ redis: server.url, prefix: uniquePrefix('start-join'), startupTimeoutMs: 15_000 })],
       providers: [Handlers],
     }).compile();
-    const eventrailRedis = moduleRef.get(EventrailRedis);
-    // Redis dies once the log's check has passed, before the consumers subscribe and join.
-    const check = eventrailRedis.whenPrepared.bind(eventrailRedis);
-    let killed: Promise<void> | undefined;
-    eventrailRedis.whenPrepared = async () => {
-      await check();
-      if (!killed) {
-        process.kill(server.pid, 'SIGKILL');
-        killed = server.stop();
-      }
-    };
-    // Until the groups are joined, connections are only made for the rebalance subscription: one per try.
-    const duplicate = eventrailRedis.duplicate.bind(eventrailRedis);
-    let subscribeTries = 0;
-    eventrailRedis.duplicate = () => {
-      subscribeTries++;
-      return duplicate();
-    };
-    const started = moduleRef.init();
-    await waitFor(() => killed !== undefined, 'Redis killed after the log check');
-    await killed;
-    await waitFor(() => subscribeTries >= 2, 'a second try of the subscription');
+    const { started } = await initThroughOutageAfterLogCheck(moduleRef, server);
     server = await startRedisServer(port);
     try {
       const app = await started;
@@ -194,27 +214,7 @@ describe('startup and outages', () => {
       imports: [EventrailModule.forRoot({ redis: server.url, prefix: logPrefix, startupTimeoutMs: 15_000 })],
       providers: [Handlers],
     }).compile();
-    const eventrailRedis = moduleRef.get(EventrailRedis);
-    // Redis dies once the log's check has passed, before the consumers subscribe and join.
-    const check = eventrailRedis.whenPrepared.bind(eventrailRedis);
-    let killed: Promise<void> | undefined;
-    eventrailRedis.whenPrepared = async () => {
-      await check();
-      if (!killed) {
-        process.kill(server.pid, 'SIGKILL');
-        killed = server.stop();
-      }
-    };
-    const duplicate = eventrailRedis.duplicate.bind(eventrailRedis);
-    let subscribeTries = 0;
-    eventrailRedis.duplicate = () => {
-      subscribeTries++;
-      return duplicate();
-    };
-    const started = moduleRef.init();
-    await waitFor(() => killed !== undefined, 'Redis killed after the log check');
-    await killed;
-    await waitFor(() => subscribeTries >= 2, 'a second try of the subscription');
+    const { started } = await initThroughOutageAfterLogCheck(moduleRef, server);
     // The stop does not wait for Redis; the start must not go on once Redis is back.
     await moduleRef.get(EventrailConsumers).stop();
     server = await startRedisServer(port);
@@ -246,19 +246,16 @@ describe('startup and outages', () => {
     }).compile();
     // Redis dies once the rebalance subscription is in place, as the group sends its join.
     const original = RebalanceSignal.prototype.listen;
-    let killed: Promise<void> | undefined;
+    const down = outage(server);
     const listen = jest.spyOn(RebalanceSignal.prototype, 'listen').mockImplementation(async function (this: RebalanceSignal, onGroup) {
       await original.call(this, onGroup);
-      if (!killed) {
-        process.kill(server.pid, 'SIGKILL');
-        killed = server.stop();
-      }
+      down.kill();
     });
     const inspect = new Redis(port, { lazyConnect: true });
     try {
       const started = moduleRef.init();
-      await waitFor(() => killed !== undefined, 'Redis killed after the subscription');
-      await killed;
+      await waitFor(() => down.killed !== undefined, 'Redis killed after the subscription');
+      await down.killed;
       // The join waits for Redis (or for its next try); the stop does not.
       await moduleRef.get(EventrailConsumers).stop();
       server = await startRedisServer(port);

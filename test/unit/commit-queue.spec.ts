@@ -1,4 +1,5 @@
 import { CommitQueue } from '../../lib/consumer/commit-queue';
+import { seededRandom } from '../support/seeded-random';
 
 /** A commit sender whose commits settle only when the test says so. */
 function manualSender() {
@@ -28,6 +29,36 @@ describe('CommitQueue', () => {
     ]);
     sent[1].settle(true);
     expect(await queue.flush()).toBe(true);
+  });
+
+  it('pending() names exactly the asked ids whose marks are queued or in flight, over generated pushes and landings', async () => {
+    const probe = Array.from({ length: 30 }, (_, i) => `id-${i}`);
+    for (let seed = 1; seed <= 40; seed++) {
+      const random = seededRandom(seed);
+      const { sent, send } = manualSender();
+      const queue = new CommitQueue(send, 0);
+      // The model: the ids of the commit in flight (undefined: none), and of what waits behind it.
+      let inFlight: Set<string> | undefined;
+      let queued: Set<string> | undefined;
+      for (let step = 0; step < 80; step++) {
+        if (random() < 0.6) {
+          const ids = Array.from({ length: Math.floor(random() * 4) }, () => probe[Math.floor(random() * probe.length)]);
+          queue.push(`${step + 1}-0`, ids);
+          if (!inFlight) inFlight = new Set(ids);
+          else {
+            // A push while one is in flight queues a commit, ids or none.
+            queued ??= new Set();
+            for (const id of ids) queued.add(id);
+          }
+        } else if (inFlight) {
+          sent[sent.length - 1].settle(true);
+          await settled();
+          [inFlight, queued] = [queued, undefined];
+        }
+        const expected = probe.filter((id) => inFlight?.has(id) || queued?.has(id));
+        expect({ seed, step, pending: queue.pending(probe) }).toEqual({ seed, step, pending: expected });
+      }
+    }
   });
 
   it('holds a commit back for the spacing, and flush() sends it at once and settles when it landed', async () => {
