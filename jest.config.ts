@@ -23,7 +23,7 @@ const config: Config = {
   // The sample's e2e test imports the package by name, as a user's tests would (tsconfig.json's paths, for Jest).
   moduleNameMapper: {
     '^nestjs-eventrail$': '<rootDir>/lib/index.ts',
-    '^nestjs-eventrail/(health|prometheus|testing)$': '<rootDir>/lib/$1',
+    '^nestjs-eventrail/(health|prometheus|testing|microservices|outbox)$': '<rootDir>/lib/$1',
   },
   // Library logs off unless EVENTRAIL_TEST_LOGS=1.
   setupFiles: ['<rootDir>/test/support/quiet-logs.ts'],

@@ -3,8 +3,8 @@ const { chmodSync, cpSync, readdirSync } = require('node:fs');
 const { join } = require('node:path');
 
 const root = join(__dirname, '..');
-for (const file of readdirSync(join(root, 'lib', 'scripts')).filter((name) => name.endsWith('.lua'))) {
-  cpSync(join(root, 'lib', 'scripts', file), join(root, 'dist', 'scripts', file));
+for (const file of readdirSync(join(root, 'lib', 'redis', 'scripts')).filter((name) => name.endsWith('.lua'))) {
+  cpSync(join(root, 'lib', 'redis', 'scripts', file), join(root, 'dist', 'redis', 'scripts', file));
 }
 cpSync(join(root, 'lib', 'dashboard', 'ui'), join(root, 'dist', 'dashboard', 'ui'), { recursive: true });
 // npm marks the bin executable when the package is installed; this does it for a checkout too.

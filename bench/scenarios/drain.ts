@@ -1,5 +1,5 @@
 import Redis from 'ioredis';
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { BenchChild } from '../support/children';
 import { createQueue, createWorker, fillQueue, runWorker } from '../support/bullmq';
 import { Countdown } from '../support/countdown';

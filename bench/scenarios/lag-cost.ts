@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type Redis from 'ioredis';
 import { EventrailAdmin, EventrailPublisher, OnEvent } from '../../lib';
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
 import { BENCH_EVENT, PAYLOAD } from '../support/payload';
 import { commandCount } from '../support/redis-tools';

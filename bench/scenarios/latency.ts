@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import type { LatencyConsumerConfig } from '../processes/latency-consumer';
 import type { LatencyProducerConfig } from '../processes/latency-producer';
 import { BenchChild } from '../support/children';

@@ -1,4 +1,4 @@
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { createQueue, fillQueue } from '../support/bullmq';
 import { createEventrailApp, fillLog } from '../support/eventrail-app';
 import { eventrailLikeFields, minimalFields, PAYLOAD } from '../support/payload';

@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { EventrailModule, EventrailPublisher, PublishInput } from '../../lib';
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { EventrailOutbox, EventrailOutboxModule, EventrailOutboxRelay, pgConnector } from '../../lib/outbox';
 import { postgresInstalled, PostgresServer, startPostgres } from '../../test/support/postgres';
 import { uniqueTables } from '../../test/support/outbox';

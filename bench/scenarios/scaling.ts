@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type Redis from 'ioredis';
-import { EventrailKeys } from '../../lib/log/keys';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { BenchChild } from '../support/children';
 import { commandCount, info } from '../support/redis-tools';
 import { Measurement, RATE, RunContext, Scenario, Size, Variant } from '../support/scenario';

@@ -1,4 +1,4 @@
-import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
+import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from './operations.types';
 
 /** A live worker of a group. */
 export interface MemberStatus {

@@ -1,14 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
+import type { ResolvedEventrailOptions } from '../module/eventrail.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { isMalformed } from '../log/codec';
-import { DeadLetter, decodeDeadLetter, originalEntry } from '../log/dead-letter.codec';
-import { redeliver, Redelivery } from '../log/redelivery';
-import { partitionForKey } from '../log/partitioner';
+import { isMalformed } from '../wire/codec';
+import { DeadLetter, decodeDeadLetter, originalEntry } from '../wire/dead-letter.codec';
+import { redeliver, Redelivery } from '../redelivery/redelivery';
+import { partitionForKey } from '../wire/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline } from '../scripts/scripts';
-import { isStreamId } from '../log/stream-id';
-import type { ProgressListener } from '../eventrail.types';
+import { eventrailPipeline } from '../redis/scripts';
+import { isStreamId } from '../wire/stream-id';
+import type { ProgressListener } from './operations.types';
 import type { DeadLetterPage } from './admin.types';
 import { DEFAULT_PAGE_BYTES, entrySize, nextRead, pageBudget, readBudgeted } from './page-budget';
 

@@ -1,4 +1,4 @@
-import { parseMemberInfo, redisTimeToMs } from '../consumer/membership';
+import { parseMemberInfo, redisTimeToMs } from '../consumer/coordination/membership';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { MemberStatus } from './admin.types';

@@ -1,5 +1,5 @@
-import { leaseOwner } from '../consumer/lease';
-import { readLag } from '../log/lag';
+import { leaseOwner } from '../consumer/coordination/lease';
+import { readLag } from '../consumer/coordination/lag';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { GroupStatus, PartitionStatus } from './admin.types';
 import type { GroupFactsReader } from './group-facts.reader';

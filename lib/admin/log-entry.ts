@@ -1,5 +1,5 @@
 import { DecodeError } from '../errors/decode.error';
-import { decodePayload, EntryOrigin, isMalformed, readEntry } from '../log/codec';
+import { decodePayload, EntryOrigin, isMalformed, readEntry } from '../wire/codec';
 import type { LogEntry } from './admin.types';
 
 /** A stream entry as the admin service shows it: decoded when it can be, with the reason when it cannot. */

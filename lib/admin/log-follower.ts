@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { BLOCK_MS, XReadReply } from '../log/stream-read';
+import { BLOCK_MS, XReadReply } from '../redis/stream-read';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { FollowOptions, LogEntry } from './admin.types';
 import { toLogEntry } from './log-entry';

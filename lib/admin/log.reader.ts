@@ -1,7 +1,7 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { isStreamId } from '../log/stream-id';
-import { EntryOrigin, isMalformed, readEntry } from '../log/codec';
+import { isStreamId } from '../wire/stream-id';
+import { EntryOrigin, isMalformed, readEntry } from '../wire/codec';
 import type { FollowOptions, LogEntry, LogPage, ReadLogOptions } from './admin.types';
 import { toLogEntry } from './log-entry';
 import { LogFollower } from './log-follower';

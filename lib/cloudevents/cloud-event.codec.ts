@@ -1,7 +1,7 @@
-import type { EventrailMessage } from '../eventrail-message';
+import type { EventrailMessage } from '../events/eventrail-message';
 import { EventrailError } from '../errors/eventrail.error';
-import { InvalidCloudEventError } from '../errors/invalid-cloud-event.error';
-import { validateEventName } from '../log/validate-event';
+import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
+import { validateEventName } from '../events/validate-event';
 
 /**
  * A CloudEvent 1.0 in structured JSON mode (`application/cloudevents+json`):

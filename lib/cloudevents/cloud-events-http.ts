@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { InvalidCloudEventError } from '../errors/invalid-cloud-event.error';
+import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
 
 /** How a CloudEvent arrived over HTTP (CloudEvents HTTP protocol binding 1.0). */
 export type HttpMode = 'binary' | 'structured' | 'batch';

@@ -13,7 +13,7 @@ import {
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
-import { InvalidCloudEventError } from '../errors/invalid-cloud-event.error';
+import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
 import type { PublishResult } from '../publisher/eventrail.publisher';
 import { eventsFromHttp, httpMode, type HttpBody } from './cloud-events-http';
 import { CLOUD_EVENTS_OPTIONS } from './cloud-events.constants';

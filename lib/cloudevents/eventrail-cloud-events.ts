@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { EventrailMessage } from '../eventrail-message';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import type { EventrailMessage } from '../events/eventrail-message';
+import type { ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailPublisher, type PublishResult } from '../publisher/eventrail.publisher';
 import { fromCloudEvent, toCloudEvent, type CloudEventPublishInput, type EventrailCloudEvent } from './cloud-event.codec';
 

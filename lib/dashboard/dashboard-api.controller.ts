@@ -2,7 +2,7 @@ import { Body, Delete, Get, HttpCode, Inject, Injectable, NotFoundException, Opt
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import type { DashboardOverview, GroupStatus, LogEntry, LogPage } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import type { DeadLetter } from '../log/dead-letter.codec';
+import type { DeadLetter } from '../wire/dead-letter.codec';
 import { DASHBOARD_OPTIONS } from './dashboard.constants';
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { fromParam, integerParam, listParam, optionalString, replayTarget } from './dashboard-query';

@@ -1,5 +1,5 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { isStreamId } from '../log/stream-id';
+import { isStreamId } from '../wire/stream-id';
 
 const INTEGER = /^\d{1,9}$/;
 

@@ -1,9 +1,9 @@
 import type { FactoryProvider, ModuleMetadata } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import { DashboardAuthDisabledError } from '../errors/dashboard-auth-disabled.error';
-import { DashboardAuthRequiredError } from '../errors/dashboard-auth-required.error';
+import { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';
+import { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../option-checks';
+import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../util/option-checks';
 
 export interface EventrailDashboardOptions {
   /**

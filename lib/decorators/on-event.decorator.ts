@@ -1,5 +1,5 @@
-import { ON_EVENT_METADATA } from '../eventrail.constants';
-import type { ConsumerOptions } from '../eventrail.options';
+import { ON_EVENT_METADATA } from '../config/eventrail.constants';
+import type { ConsumerOptions } from '../module/eventrail.options';
 import type { EventRef } from '../events/event-definition';
 
 /** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */

@@ -1,16 +1,16 @@
 import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
-import { EventrailConsumers } from '../consumer/eventrail-consumers';
-import type { GroupPlan, HandlerBinding } from '../consumer/group-plan';
-import { batchBinding } from '../consumer/batch-binding';
+import { EventrailConsumers } from '../consumer/lifecycle/eventrail-consumers';
+import type { GroupPlan, HandlerBinding } from '../consumer/lifecycle/group-plan';
+import { batchBinding } from '../consumer/handling/batch-binding';
 import type { OnEventDeclaration } from '../decorators/on-event.decorator';
-import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../eventrail.constants';
-import type { EventrailMessage } from '../eventrail-message';
-import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../eventrail.options';
+import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../config/eventrail.constants';
+import type { EventrailMessage } from '../events/eventrail-message';
+import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
-import { validateEventName } from '../log/validate-event';
+import { validateEventName } from '../events/validate-event';
 import { eventOf } from '../events/event-definition';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 

@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { InvalidEventSchemaError } from '../errors/invalid-event-schema.error';
-import { validateEventName } from '../log/validate-event';
+import { validateEventName } from './validate-event';
 
 /** Marks the objects `defineEvent` made, so a plain `{ name }` is never taken for one. */
 const DEFINITION = Symbol.for('nestjs-eventrail.event-definition');

@@ -1,5 +1,5 @@
 import type { GroupStatus } from '../admin/admin.types';
-import { LAG_COUNT_CAP } from '../log/lag';
+import { LAG_COUNT_CAP } from '../consumer/coordination/lag';
 import type { PartitionStandstill } from './stall-tracker';
 
 /** Limits a group is held to; a limit left out is not checked. */

@@ -1,7 +1,7 @@
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { throwError, type Observable } from 'rxjs';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
-import { RequestResponseNotSupportedError } from '../errors/request-response-not-supported.error';
+import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import { RequestResponseNotSupportedError } from './errors/request-response-not-supported.error';
 import { EventrailPublisher, type PublishResult } from '../publisher/eventrail.publisher';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { EventrailRecord } from './eventrail-record';

@@ -1,5 +1,5 @@
 import { BaseRpcContext } from '@nestjs/microservices';
-import type { EventrailMessage } from '../eventrail-message';
+import type { EventrailMessage } from '../events/eventrail-message';
 
 /**
  * What `@Ctx()` gives an `@EventPattern` handler on the eventrail transport:

@@ -5,8 +5,8 @@ import {
   type ConsumerOptions,
   type EventrailModuleOptions,
   type ResolvedEventrailOptions,
-} from '../eventrail.options';
-import { checkObject, rejectUnknownKeys } from '../option-checks';
+} from '../module/eventrail.options';
+import { checkObject, rejectUnknownKeys } from '../util/option-checks';
 
 /** The log options both ends of the transport need: where it is and how it is laid out. */
 type LogOptions = Pick<EventrailModuleOptions, 'redis' | 'prefix' | 'partitions' | 'startupTimeoutMs' | 'requireNoEviction' | 'tracing'>;

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
-import type { EventrailMessage } from '../eventrail-message';
-import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
+import type { EventrailMessage } from '../events/eventrail-message';
+import { InvalidOutboxTransactionError } from './errors/invalid-outbox-transaction.error';
 import { describeError } from '../util/describe-error';
 import { rethrowMissingTable } from './missing-table';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidEventDataError } from '../errors/invalid-event-data.error';
 import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
-import { newEventId } from '../log/event-id';
+import { newEventId } from '../wire/event-id';
 import type { EventRef } from '../events/event-definition';
 import { publishedEventNames } from '../events/published-event';
 import { EventrailPublisher, type PublishedData } from '../publisher/eventrail.publisher';

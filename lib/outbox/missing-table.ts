@@ -1,4 +1,4 @@
-import { OutboxSchemaMissingError } from '../errors/outbox-schema-missing.error';
+import { OutboxSchemaMissingError } from './errors/outbox-schema-missing.error';
 
 /** PostgreSQL's `undefined_table`. */
 const UNDEFINED_TABLE = '42P01';

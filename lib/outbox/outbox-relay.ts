@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
-import { retryDelayMs } from '../consumer/backoff';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { ResolvedEventrailOptions } from '../eventrail.options';
+import { retryDelayMs } from '../util/backoff';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import type { ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
-import type { Durability, ResolvedEventrailOptions } from '../eventrail.options';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import type { Durability, ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidEventDataError } from '../errors/invalid-event-data.error';
 import { InvalidHeadersError } from '../errors/invalid-headers.error';
@@ -10,11 +10,11 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline, leanScript } from '../scripts/scripts';
-import { encodeFields } from '../log/codec';
-import { derivedEventId } from '../log/event-id';
-import { partitionForKey } from '../log/partitioner';
-import { validateEventName, validateHeaders, validateJsonData } from '../log/validate-event';
+import { eventrailPipeline, leanScript } from '../redis/scripts';
+import { encodeFields } from '../wire/codec';
+import { derivedEventId } from '../wire/event-id';
+import { partitionForKey } from '../wire/partitioner';
+import { validateEventName, validateHeaders, validateJsonData } from '../events/validate-event';
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';

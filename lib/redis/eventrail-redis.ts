@@ -1,19 +1,19 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import {
   ClusterConnection,
   isClusterConnection,
   isSentinelConnection,
   ResolvedEventrailOptions,
   SentinelConnection,
-} from '../eventrail.options';
+} from '../module/eventrail.options';
 import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisTlsError } from '../errors/redis-tls.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
-import { EventrailKeys } from '../log/keys';
-import { EventrailClient, registerScripts } from '../scripts/scripts';
+import { EventrailKeys } from './keys';
+import { EventrailClient, registerScripts } from './scripts';
 import { describeError } from '../util/describe-error';
 import { EventrailError } from '../errors/eventrail.error';
 import { setTimeout as sleep } from 'node:timers/promises';

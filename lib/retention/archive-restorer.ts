@@ -2,13 +2,13 @@ import { Logger } from '@nestjs/common';
 import { ArchiveFormatError } from '../errors/archive-format.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
-import { readEntry } from '../log/codec';
-import { redeliver } from '../log/redelivery';
-import { compareStreamIds, isStreamId, MAX_SEQ } from '../log/stream-id';
+import { readEntry } from '../wire/codec';
+import { redeliver } from '../redelivery/redelivery';
+import { compareStreamIds, isStreamId, MAX_SEQ } from '../wire/stream-id';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { ArchivedEntry, decodeArchive, MAX_ARCHIVE_OBJECT_BYTES, parseArchiveName } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
-import type { ArchiveObject, ArchiveSource, ProgressListener } from '../eventrail.types';
+import type { ArchiveObject, ArchiveSource, ProgressListener } from '../admin/operations.types';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 
 const PAGE = 500;

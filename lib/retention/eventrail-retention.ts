@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { EVENTRAIL_OPTIONS } from '../eventrail.constants';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { GroupFactsReader } from '../admin/group-facts.reader';
 import type { RetentionOperations } from '../admin/admin.types';
@@ -14,7 +14,7 @@ import { RetentionCycle } from './retention-cycle';
 import { RetentionLock } from './retention-lock';
 import type { ResolvedRetentionOptions } from './retention.options';
 import { RetentionJob, RetentionScheduler } from './retention.scheduler';
-import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../eventrail.types';
+import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from '../admin/operations.types';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 
 /** TTL of the fleet-wide retention lock; extended after every partition and archive object. */

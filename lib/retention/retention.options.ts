@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { DEFAULT_STALE_GROUP_MS } from '../eventrail.constants';
-import { checkBoolean, checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../option-checks';
+import { DEFAULT_STALE_GROUP_MS } from '../config/eventrail.constants';
+import { checkBoolean, checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
 
 /** Archive to a directory: one gzipped JSONL file per id range. */
 export interface FsArchiveOptions {

@@ -1,4 +1,4 @@
-import { compareStreamIds, nextStreamId, STREAM_START } from '../log/stream-id';
+import { compareStreamIds, nextStreamId, STREAM_START } from '../wire/stream-id';
 
 /**
  * Where a partition may be trimmed to: pure functions over stream ids. A MINID

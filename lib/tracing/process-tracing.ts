@@ -1,11 +1,11 @@
 import type { Context, Link, Span } from '@opentelemetry/api';
-import type { FailedMessageSink } from '../consumer/failed-message';
-import type { HandlerBinding, HandlerMap } from '../consumer/group-plan';
-import type { EventrailMessage } from '../eventrail-message';
-import { isMalformed } from '../log/codec';
+import type { FailedMessageSink } from '../consumer/handling/failed-message';
+import type { HandlerBinding, HandlerMap } from '../consumer/lifecycle/group-plan';
+import type { EventrailMessage } from '../events/eventrail-message';
+import { isMalformed } from '../wire/codec';
 import { describeError, isError } from '../util/describe-error';
 import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
-import { parseHeaders, producerContext, REPLAY_HEADER } from './redelivery-tracing';
+import { parseHeaders, producerContext, REPLAY_HEADER } from '../redelivery/redelivery-tracing';
 import type { ResolvedTracingOptions } from './tracing.options';
 
 export interface ProcessTracingConfig {

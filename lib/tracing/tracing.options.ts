@@ -1,4 +1,4 @@
-import { checkBoolean, checkObject, rejectUnknownKeys } from '../option-checks';
+import { checkBoolean, checkObject, rejectUnknownKeys } from '../util/option-checks';
 
 /**
  * OpenTelemetry spans around publishing and handling. Used only when

@@ -1,4 +1,4 @@
-// Preloaded with `node -r` by without-opentelemetry.spec.ts: makes @opentelemetry/api look not installed
+// Preloaded with `node -r` by without-opentelemetry.int.spec.ts: makes @opentelemetry/api look not installed
 // (MODULE_NOT_FOUND, as Node reports a missing package) and records every attempt to load it.
 const Module = require('node:module');
 const resolve = Module._resolveFilename;

@@ -1,5 +1,5 @@
 /**
- * Run by without-opentelemetry.spec.ts with block-opentelemetry.cjs preloaded, so @opentelemetry/api cannot be
+ * Run by without-opentelemetry.int.spec.ts with block-opentelemetry.cjs preloaded, so @opentelemetry/api cannot be
  * found: loads the main entry, publishes and handles one event, and reports over IPC what was loaded when.
  */
 import 'reflect-metadata';

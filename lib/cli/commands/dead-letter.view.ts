@@ -1,4 +1,4 @@
-import type { DeadLetter } from '../../log/dead-letter.codec';
+import type { DeadLetter } from '../../wire/dead-letter.codec';
 import { formatFields, formatTable } from '../table.formatter';
 import { formatData, formatDate, NONE, truncate } from '../value.format';
 

@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import type { ArchiveSource } from '../../eventrail.types';
+import type { ArchiveSource } from '../../admin/operations.types';
 import { retentionOptionsFromEnv } from '../../retention/retention-env';
 import { describeError } from '../../util/describe-error';
 import { parseCount, parseIdOrTime, parseNonNegative, parseStreamId } from '../argument.parser';

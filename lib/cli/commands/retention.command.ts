@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { RetentionOptions } from '../../retention/retention.options';
 import { retentionOptionsFromEnv } from '../../retention/retention-env';
-import type { RetentionRunResult } from '../../eventrail.types';
+import type { RetentionRunResult } from '../../admin/operations.types';
 import { parseNonNegative } from '../argument.parser';
 import type { CliRunner } from '../cli.runner';
 import { ExitCode } from '../exit-code';

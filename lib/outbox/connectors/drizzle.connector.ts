@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
 import type { NodePgDatabase, NodePgTransaction } from 'drizzle-orm/node-postgres';
-import { InvalidOutboxTransactionError } from '../../errors/invalid-outbox-transaction.error';
+import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
 import { importOptionalPeer } from '../../util/optional-peer';
 import type { OutboxConnector, Row } from './outbox-connector';

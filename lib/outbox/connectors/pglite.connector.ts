@@ -1,5 +1,5 @@
 import type { PGlite, Transaction } from '@electric-sql/pglite';
-import { InvalidOutboxTransactionError } from '../../errors/invalid-outbox-transaction.error';
+import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import type { OutboxConnector, RelaySession, Row } from './outbox-connector';
 
 /**

@@ -1,5 +1,5 @@
 import type { DataSource, EntityManager } from 'typeorm';
-import { InvalidOutboxTransactionError } from '../../errors/invalid-outbox-transaction.error';
+import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import type { OutboxConnector, Row } from './outbox-connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
 

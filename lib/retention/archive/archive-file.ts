@@ -1,8 +1,8 @@
 import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import { ArchiveFormatError } from '../../errors/archive-format.error';
-import type { ArchiveObject } from '../../eventrail.types';
-import { compareStreamIds } from '../../log/stream-id';
+import type { ArchiveObject } from '../../admin/operations.types';
+import { compareStreamIds } from '../../wire/stream-id';
 import { describeError } from '../../util/describe-error';
 
 /**

@@ -1,0 +1,198 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import type { EventrailMessage } from '../../events/eventrail-message';
+import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import { EventValidationError } from '../../errors/event-validation.error';
+import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
+import type { MalformedEntry, RawEntry } from '../../wire/codec';
+import type { GiveUpReason } from '../../wire/dead-letter.codec';
+import type { MetricsHooks } from '../../metrics/eventrail-metrics';
+import { withTimeout } from '../../util/timeout';
+import { reportedFailures } from './batch-result';
+import type { BatchBinding } from '../lifecycle/group-plan';
+import type { Payload } from './message-processor';
+import { ABANDONED, HANDLED, type Outcome } from './outcome';
+import { validatedPayload } from './event-validation';
+import { retryVerdict } from './retry-policy';
+import type { StopSignal } from '../../util/stop-signal';
+
+/** What the batch path borrows from `MessageProcessor`, so that both build messages, wait and give up the same way. */
+export interface DeliveryTools {
+  decode(entry: RawEntry): Payload;
+  /** The schema of the entry's event in the group (a batch handler taking several events may have one per event). */
+  schemaOf(entry: RawEntry): StandardSchemaV1 | undefined;
+  message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage;
+  pause(stop: StopSignal, ms: number): Promise<boolean>;
+  failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date>;
+  warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void;
+  giveUp(
+    entry: RawEntry | MalformedEntry,
+    partition: number,
+    reason: GiveUpReason,
+    error: unknown,
+    attempts: number,
+    firstFailedAt: Date,
+    lastFailedAt?: Date,
+  ): Promise<Outcome>;
+}
+
+/** An entry of the batch with its decoded payload and where its outcome goes. */
+interface Member {
+  index: number;
+  entry: RawEntry;
+  payload: Payload;
+}
+
+/** Where a member's retries start: the attempt it failed (with its error), or the one it is about to make after a split. */
+interface RetryStart {
+  attempt: number;
+  firstFailedAt: Date;
+  /** The error of attempt `attempt`; absent when the member's next attempt runs at once (after a split). */
+  error?: unknown;
+  hasError: boolean;
+}
+
+/**
+ * Runs a batch through a batch handler. Success handles every message in it.
+ * A throw retries the whole batch with the group's backoff and retry budget;
+ * once that is spent (or on a `NonRetryableError`) the batch splits, and
+ * every message goes on alone, in log order, with what is left of the budget:
+ * only the ones that fail alone are dead-lettered. Messages the handler
+ * reports in `failed` go on alone the same way, from their failure.
+ */
+export class BatchProcessor {
+  constructor(
+    private readonly group: string,
+    private readonly options: ResolvedConsumerOptions,
+    private readonly metrics: MetricsHooks,
+    private readonly tools: DeliveryTools,
+  ) {}
+
+  async process(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
+    const outcomes = new Array<Outcome>(entries.length).fill(ABANDONED);
+    const members: Member[] = [];
+    for (let index = 0; index < entries.length; index++) {
+      let payload: Payload;
+      try {
+        payload = this.tools.decode(entries[index]);
+      } catch (error) {
+        outcomes[index] = await this.tools.giveUp(entries[index], partition, 'malformed', error, 0, new Date());
+        continue;
+      }
+      // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
+      const schema = this.tools.schemaOf(entries[index]);
+      const checked = schema ? await validatedPayload(schema, entries[index].event, payload) : payload;
+      if (checked instanceof EventValidationError) {
+        outcomes[index] = await this.tools.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
+        continue;
+      }
+      members.push({ index, entry: entries[index], payload: checked });
+    }
+    if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes);
+    return outcomes;
+  }
+
+  private async runBatch(
+    members: Member[],
+    binding: BatchBinding,
+    partition: number,
+    stop: StopSignal,
+    outcomes: Outcome[],
+  ): Promise<void> {
+    let firstFailedAt: Date | undefined;
+    for (let attempt = 1; ; attempt++) {
+      if (stop.stopped) return;
+      const messages = members.map((m) => this.tools.message(m.entry, m.payload, partition, attempt));
+      let failures: Map<number, unknown>;
+      try {
+        failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
+      } catch (error) {
+        const now = new Date();
+        this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
+        // Remembered under the batch's first entry: a batch after a restart starts at the same one.
+        firstFailedAt ??= await this.tools.failingSince(members[0].entry, partition, now, error);
+        const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+        if ('giveUp' in verdict) {
+          // Split: each message alone, at once, with what is left of the budget.
+          await this.each(members, partition, binding, stop, outcomes, () => ({
+            attempt: attempt + 1,
+            firstFailedAt: firstFailedAt!,
+            hasError: false,
+          }));
+          return;
+        }
+        this.tools.warnRetry(members[0].entry, partition, attempt, verdict.retryInMs, error, members.length);
+        if (await this.tools.pause(stop, verdict.retryInMs)) return;
+        continue;
+      }
+      const failedAt = new Date();
+      const pending: Member[] = [];
+      members.forEach((member, i) => {
+        if (failures.has(i)) pending.push(member);
+        else outcomes[member.index] = HANDLED;
+      });
+      for (const [i, error] of failures) this.metrics.emit('onHandlerError', this.group, members[i].entry.event, error, attempt);
+      await this.each(pending, partition, binding, stop, outcomes, async (member) => {
+        const error = failures.get(members.indexOf(member));
+        // Each reported message fails on its own from here: remembered under its own offset.
+        const since = firstFailedAt ?? (await this.tools.failingSince(member.entry, partition, failedAt, error));
+        return { attempt, firstFailedAt: since, error, hasError: true };
+      });
+      return;
+    }
+  }
+
+  /** Runs `members` alone one after another, in log order; stops at one that is left undone. */
+  private async each(
+    members: Member[],
+    partition: number,
+    binding: BatchBinding,
+    stop: StopSignal,
+    outcomes: Outcome[],
+    start: (member: Member) => RetryStart | Promise<RetryStart>,
+  ): Promise<void> {
+    for (const member of members) {
+      outcomes[member.index] = await this.alone(member, partition, binding, stop, await start(member));
+      if (outcomes[member.index] === ABANDONED) return;
+    }
+  }
+
+  /** One message in one-message batches until it is handled, given up, or a stop cuts it short. */
+  private async alone(member: Member, partition: number, binding: BatchBinding, stop: StopSignal, start: RetryStart): Promise<Outcome> {
+    let { attempt, error, hasError } = start;
+    for (;;) {
+      if (hasError) {
+        const now = new Date();
+        const verdict = retryVerdict(this.options, attempt, error, start.firstFailedAt.getTime(), now.getTime());
+        if ('giveUp' in verdict)
+          return this.tools.giveUp(member.entry, partition, verdict.giveUp, error, attempt, start.firstFailedAt, now);
+        this.tools.warnRetry(member.entry, partition, attempt, verdict.retryInMs, error);
+        if (await this.tools.pause(stop, verdict.retryInMs)) return ABANDONED;
+        attempt++;
+      }
+      if (stop.stopped) return ABANDONED;
+      const messages = [this.tools.message(member.entry, member.payload, partition, attempt)];
+      try {
+        const failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
+        if (failures.size === 0) return HANDLED;
+        error = failures.get(0);
+      } catch (caught) {
+        error = caught;
+      }
+      this.metrics.emit('onHandlerError', this.group, member.entry.event, error, attempt);
+      hasError = true;
+    }
+  }
+
+  /** Calls the batch handler, failing the attempt with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
+  private async call(binding: BatchBinding, messages: EventrailMessage[]): Promise<unknown> {
+    const timeoutMs = this.options.handlerTimeoutMs;
+    if (timeoutMs <= 0) return binding.call(messages);
+    return withTimeout(
+      Promise.resolve().then(() => binding.call(messages)),
+      timeoutMs,
+      () => {
+        throw new HandlerTimeoutError(binding.name, timeoutMs);
+      },
+    );
+  }
+}

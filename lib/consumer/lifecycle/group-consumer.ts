@@ -1,0 +1,267 @@
+import { Logger } from '@nestjs/common';
+import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { EventrailRedis } from '../../redis/eventrail-redis';
+import { readLag } from '../coordination/lag';
+import type { MetricsHooks } from '../../metrics/eventrail-metrics';
+import { describeError } from '../../util/describe-error';
+import { logRecord } from '../../util/log-record';
+import { newGroupStats } from './group-stats';
+import type { FailedMessageSink } from '../handling/failed-message';
+import type { HandlerMap } from './group-plan';
+import { AcquiredLease, PartitionLease } from '../coordination/lease';
+import { GroupMembership, WorkerIdentity } from '../coordination/membership';
+import { FailureMemory } from '../coordination/failure-memory';
+import { MessageProcessor } from '../handling/message-processor';
+import { PartitionWorker } from '../pipeline/partition-worker';
+import { Semaphore } from '../../util/semaphore';
+import { SerialTask } from '../../util/serial-task';
+
+/**
+ * Runs one consumer group in this process: keeps its fair share of
+ * partitions (`ceil(partitions / liveMembers)`) by taking free or expired
+ * leases and handing back extras, and runs a `PartitionWorker` per owned
+ * partition. Membership (`GroupMembership`) and leases (`PartitionLease`)
+ * know how they are kept in Redis; this class decides when.
+ */
+export class GroupConsumer {
+  private readonly logger = new Logger(GroupConsumer.name);
+  private readonly workers = new Map<number, PartitionWorker>();
+  private readonly processor: MessageProcessor;
+  private readonly semaphore: Semaphore;
+  private readonly membership: GroupMembership;
+  /** Counters since this process joined the group. */
+  readonly stats = newGroupStats();
+  private members: string[] = [];
+  private timer?: NodeJS.Timeout;
+  private running = false;
+  /** Counts `stop()` calls: a start that sees the count move was stopped on its way, and undoes itself. */
+  private stops = 0;
+  /** One rebalance at a time; one asked for meanwhile runs once more afterwards. */
+  private readonly rebalancer = new SerialTask(
+    () => this.balanceOnce(),
+    () => this.running,
+  );
+  /** One tick at a time: while Redis is down a tick waits, and the timer's next ones would otherwise pile up behind it. */
+  private readonly ticker = new SerialTask(
+    () => this.tickOnce(),
+    () => this.running,
+  );
+  private tickFailing = false;
+  private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
+
+  constructor(
+    readonly name: string,
+    private readonly handlers: HandlerMap,
+    readonly options: ResolvedConsumerOptions,
+    private readonly redis: EventrailRedis,
+    private readonly worker: WorkerIdentity,
+    sink: FailedMessageSink,
+    /** Tells the other workers of the group to rebalance now. */
+    private readonly announce: (group: string) => Promise<void>,
+    private readonly metrics: MetricsHooks,
+  ) {
+    this.semaphore = new Semaphore(options.concurrency);
+    this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
+    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
+  }
+
+  /** Partitions this process works right now. */
+  ownedPartitions(): number[] {
+    return this.activeWorkers()
+      .map((w) => w.partition)
+      .sort((a, b) => a - b);
+  }
+
+  /**
+   * The committed offset of `partition` as this process's worker of it knows
+   * it, or undefined when no active worker here owns it (then Redis knows).
+   */
+  localCommitted(partition: number): string | undefined {
+    const worker = this.workers.get(partition);
+    return worker?.active ? worker.committedOffset : undefined;
+  }
+
+  /** Calls `listener` after every commit a worker of this group makes here; returns the unsubscribe. */
+  onCommit(listener: (partition: number, offset: string) => void): () => void {
+    this.commitListeners.add(listener);
+    return () => this.commitListeners.delete(listener);
+  }
+
+  async start(): Promise<void> {
+    const stops = this.stops;
+    this.members = await this.membership.join(this.handlers.keys());
+    this.running = true;
+    await this.announce(this.name);
+    await this.rebalancer.run();
+    const interval = Math.max(100, Math.floor(Math.min(this.options.lockTtlMs, this.options.heartbeatTtlMs) / 3));
+    this.timer = setInterval(() => void this.ticker.run(), interval);
+    this.timer.unref();
+    // A stop came while this start waited for Redis and found little or nothing running: what this start took goes back now.
+    if (this.stops !== stops) await this.stop();
+  }
+
+  /**
+   * Another worker joined or left, or an admin moved the offsets: heartbeat,
+   * check the leases and rebalance now rather than at the next tick.
+   */
+  requestRebalance(): void {
+    void this.ticker.run();
+  }
+
+  /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
+  async stop(): Promise<void> {
+    this.stops++;
+    if (!this.running) return;
+    this.running = false;
+    clearInterval(this.timer);
+    await this.rebalancer.current?.catch(() => undefined);
+    await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
+    if (!this.redis.isReady()) return; // membership expires on its own
+    try {
+      await this.membership.leave();
+      await this.announce(this.name);
+    } catch (error) {
+      this.logger.warn(
+        logRecord(`Group "${this.name}": could not leave cleanly (${describeError(error)}); membership expires on its own`, {
+          group: this.name,
+        }),
+      );
+    }
+  }
+
+  /**
+   * Heartbeat and lease renewals, sent together (one round trip; separate
+   * commands because on a cluster they live in different slots), then a
+   * rebalance if the membership changed.
+   */
+  private async tickOnce(): Promise<void> {
+    if (!this.running) return;
+    const owned = this.activeWorkers();
+    try {
+      const [members, ...renewed] = await Promise.all([this.membership.heartbeat(), ...owned.map((w) => w.lease.renew())]);
+      owned.forEach((w, i) => {
+        // 'unknown': the renewal did not reach Redis; the lease may still hold, try again next tick.
+        if (renewed[i] !== 'lost') return;
+        const msg = `Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`;
+        this.logger.warn(logRecord(msg, { group: this.name, partition: w.partition }));
+        w.abort();
+      });
+      if (this.tickFailing) this.logger.log(logRecord(`Group "${this.name}": Redis answers again`, { group: this.name }));
+      this.tickFailing = false;
+      this.members = members;
+      await this.rebalancer.run();
+      if (this.metrics.wantsLag) await this.sampleLag();
+    } catch (error) {
+      if (!this.tickFailing)
+        this.logger.warn(logRecord(`Group "${this.name}": heartbeat failed (${describeError(error)}); retrying`, { group: this.name }));
+      this.tickFailing = true;
+    }
+  }
+
+  /** Reports the lag of the partitions this process works (see `readLag` for when it is exact). */
+  private async sampleLag(): Promise<void> {
+    const owned = this.activeWorkers();
+    const { client, keys } = this.redis;
+    const lags = await Promise.all(owned.map((w) => readLag(client, keys, this.name, w.partition)));
+    // Only partitions still worked here: a sample of one released or lost meanwhile would bring back its removed series.
+    owned.forEach((w, i) => {
+      if (this.workers.get(w.partition) === w && w.active) this.metrics.emit('onLag', this.name, w.partition, lags[i].lag);
+    });
+  }
+
+  private async balanceOnce(): Promise<void> {
+    if (!this.running) return;
+    const partitions = this.redis.keys.partitions;
+    const live = Math.max(1, this.members.length);
+    const share = Math.ceil(partitions / live);
+    const order = this.preferenceOrder();
+    const owned = order.filter((p) => this.workers.get(p)?.active);
+
+    if (owned.length > share) {
+      // Hand back the partitions furthest from this worker's preferred range.
+      const extras = owned.slice(share);
+      this.logger.log(
+        logRecord(`Group "${this.name}": handing back partitions ${extras.join(', ')} (fair share is ${share} of ${partitions})`, {
+          group: this.name,
+        }),
+      );
+      await Promise.all(extras.flatMap((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true) ?? []));
+      await this.announce(this.name);
+      return;
+    }
+    let missing = share - owned.length;
+    // A partition whose old worker is still finishing is not free yet.
+    const candidates = order.filter((p) => !this.workers.has(p));
+    while (missing > 0 && candidates.length > 0 && this.running) {
+      const attempt = candidates.splice(0, missing);
+      const acquired = await PartitionLease.acquire(
+        this.redis,
+        this.name,
+        attempt,
+        this.worker.id,
+        this.options.lockTtlMs,
+        this.options.initialOffset,
+        this.membership.generation,
+      );
+      for (const taken of acquired) if (taken && this.startWorker(taken)) missing--;
+    }
+  }
+
+  /** Starts working a partition whose lease was just taken; false when this consumer stopped meanwhile. */
+  private startWorker({ lease, committed, recovering }: AcquiredLease): boolean {
+    if (!this.running) {
+      // Stopped while the acquire was in flight: give the lease straight back.
+      void lease.release().catch(() => undefined);
+      return false;
+    }
+    const { partition } = lease;
+    const worker = new PartitionWorker({
+      lease,
+      committed,
+      recovering,
+      stats: this.stats,
+      metrics: this.metrics,
+      redis: this.redis,
+      processor: this.processor,
+      semaphore: this.semaphore,
+      options: this.options,
+      onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
+    });
+    this.workers.set(partition, worker);
+    worker.start((ended) => this.onWorkerEnd(ended));
+    this.metrics.emit('onLeaseAcquired', this.name, partition);
+    const how = recovering ? ' from a worker that did not release it (recovering one entry at a time)' : '';
+    const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
+    this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering }));
+    return true;
+  }
+
+  private onWorkerEnd(worker: PartitionWorker): void {
+    // Wait for its stop to finish (commit, release) before the slot counts as free.
+    void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
+      if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
+      if (!worker.wasLost) {
+        this.metrics.emit('onLeaseReleased', this.name, worker.partition);
+        return;
+      }
+      this.metrics.emit('onLeaseLost', this.name, worker.partition);
+      if (this.running) void this.rebalancer.run().catch(() => undefined);
+    });
+  }
+
+  private activeWorkers(): PartitionWorker[] {
+    return [...this.workers.values()].filter((w) => w.active);
+  }
+
+  /**
+   * Partitions in the order this worker prefers them: a rotation that starts
+   * at its slice of the partition range, so live members aim at different
+   * partitions and rarely race for the same lease.
+   */
+  private preferenceOrder(): number[] {
+    const partitions = this.redis.keys.partitions;
+    const index = Math.max(0, this.members.indexOf(this.worker.id));
+    const start = Math.floor((index * partitions) / Math.max(1, this.members.length));
+    return Array.from({ length: partitions }, (_, i) => (start + i) % partitions);
+  }
+}

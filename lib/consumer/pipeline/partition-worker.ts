@@ -1,0 +1,445 @@
+import { Logger } from '@nestjs/common';
+import type { Cluster, Redis } from 'ioredis';
+import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import { EntryOrigin, isMalformed, MalformedEntry, RawEntry } from '../../wire/codec';
+import { compareStreamIds } from '../../wire/stream-id';
+import { BLOCK_MS } from '../../redis/stream-read';
+import type { MetricsHooks } from '../../metrics/eventrail-metrics';
+import type { EventrailRedis } from '../../redis/eventrail-redis';
+import { describeError, errorStack } from '../../util/describe-error';
+import { logRecord, type LogFields, type LogRecord } from '../../util/log-record';
+import { withTimeout } from '../../util/timeout';
+import { BatchContext, BatchRun } from './batch-run';
+import { CommitQueue } from './commit-queue';
+import type { GroupStats } from '../lifecycle/group-stats';
+import type { PartitionLease } from '../coordination/lease';
+import type { MessageProcessor } from '../handling/message-processor';
+import { PartitionReader } from './partition-reader';
+import { ReadTally } from './read-tally';
+import { RecoveryWindow } from '../coordination/recovery-window';
+import type { Semaphore } from '../../util/semaphore';
+import { StopSignal } from '../../util/stop-signal';
+
+const READ_ERROR_BACKOFF_MS = 1_000;
+/**
+ * Least time between two commits of one partition (see `CommitQueue`): at a
+ * few thousand one-event batches a second, a commit per batch would double
+ * the commands and the Redis time per event, and sit in the tail. 25 ms, not
+ * the 5 it was: each commit is a write that wakes Redis on a machine the
+ * producer, Redis and the consumer share, and at 2000 events/s 170 commits a
+ * second put eventrail's p99 at 1.55× the raw loop's, 40 a second at 1.31×
+ * (docs/performance.md). A crash replays at most 25 ms more.
+ */
+const COMMIT_SPACING_MS = 25;
+
+type Entry = RawEntry | MalformedEntry;
+
+/** Where a step of the loop leaves the worker: reading on, or ended (stopped, or the lease is lost). */
+type Step = 'continue' | 'end';
+
+export interface PartitionWorkerParams {
+  /** The lease this worker holds; it fences every commit. */
+  lease: PartitionLease;
+  /** Committed offset when the lease was taken. */
+  committed: string;
+  /**
+   * The previous owner did not release the lease (it died, froze or lost
+   * Redis): handle entries one at a time, counting deliveries, for a while.
+   */
+  recovering: boolean;
+  stats: GroupStats;
+  metrics: MetricsHooks;
+  redis: EventrailRedis;
+  processor: MessageProcessor;
+  semaphore: Semaphore;
+  options: ResolvedConsumerOptions;
+  /** Told of every commit that landed (what `EventrailConsumers.settled()` waits on). */
+  onCommitted?: (partition: number, offset: string) => void;
+}
+
+/**
+ * Works one (group, partition) while this process holds its lease: reads a
+ * batch from the committed offset on its own blocking connection, prefetches
+ * the next batch while handling this one, and commits once per batch through
+ * the fenced commit script. Loses the partition at once when a commit or a
+ * renewal finds the lease taken over.
+ */
+export class PartitionWorker {
+  private readonly logger = new Logger(PartitionWorker.name);
+  /** Stops the batch: fired on stop or fencing, and halted while the lease may have expired unheard of. */
+  private readonly stop: StopSignal;
+  private readonly streamKey: string;
+  /** What the derived event ids of this partition's entries are made of. */
+  private readonly origin: EntryOrigin;
+  private readonly recovery: RecoveryWindow;
+  private connection?: Redis | Cluster;
+  private current?: BatchRun;
+  private committed: string;
+  /** Where the next read starts: the last entry taken on. */
+  private cursor: string;
+  /** The read in flight, from `cursor`. */
+  private next: Promise<Entry[]> = Promise.resolve([]);
+  /** Reads this partition: blocking while caught up, packed by Redis while behind. */
+  private reader?: PartitionReader;
+  private loop?: Promise<void>;
+  /** Commits leave from here, one in flight at a time, so no batch waits for the previous one's commit. */
+  private readonly commits: CommitQueue;
+  private ended?: Promise<void>;
+  private lost = false;
+  private draining = false;
+  /**
+   * Ends the wait for the read in hand with no entries when draining starts (a read queued on a
+   * reconnecting connection is not settled by disconnect()). One per read, replaced by the next:
+   * nothing long-lived holds on to a read (see `untilDrained`). The wait's own resolve function,
+   * called with `[]`, not a closure around it: a closure made per read and kept on this long-lived
+   * worker was one of the things that made young-generation GCs promote every batch read since the
+   * one before (docs/performance.md, "the tail").
+   */
+  private wake?: (entries: Entry[]) => void;
+  private readonly batchContext: BatchContext;
+  /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
+  private readonly readSize: number;
+  /** Counts what each commit moves over, for the offset's lag position. */
+  private readonly tally: ReadTally;
+
+  constructor(private readonly params: PartitionWorkerParams) {
+    const { lease, processor, semaphore, stats, metrics, options } = params;
+    this.stop = new StopSignal(() => lease.mayHaveExpired);
+    this.streamKey = params.redis.keys.stream(lease.partition);
+    this.origin = { partition: lease.partition, logTag: params.redis.keys.logTag };
+    this.committed = this.cursor = params.committed;
+    this.tally = new ReadTally(params.committed);
+    this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
+    this.readSize = Math.max(options.batchSize, processor.largestBatch);
+    this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
+    this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
+  }
+
+  get partition(): number {
+    return this.params.lease.partition;
+  }
+
+  get lease(): PartitionLease {
+    return this.params.lease;
+  }
+
+  /** False once the worker was told to stop or lost its lease. */
+  get active(): boolean {
+    return !this.draining;
+  }
+
+  /** The offset this worker last committed (or found when it took the partition). */
+  get committedOffset(): string {
+    return this.committed;
+  }
+
+  /** True when the worker ended because its lease was taken over. */
+  get wasLost(): boolean {
+    return this.lost;
+  }
+
+  start(onEnd: (worker: PartitionWorker) => void): void {
+    this.connection = this.params.redis.duplicate();
+    this.loop = this.run().catch((error: unknown) => {
+      this.logger.error(this.record(`stopped on an unexpected error: ${describeError(error)}`, { stack: errorStack(error) }));
+      this.abort();
+    });
+    void this.loop.finally(() => onEnd(this));
+  }
+
+  /**
+   * Stops fetching, commits what is done and releases the lease so another
+   * worker can take over at once. `finishBatch` (a hand-back while the process
+   * keeps running) lets the batch in hand complete; otherwise (shutdown) only
+   * handlers already running finish. Either way at most `timeoutMs` is waited.
+   */
+  stopGracefully(timeoutMs: number, finishBatch = false): Promise<void> {
+    this.ended ??= this.finish(timeoutMs, finishBatch);
+    return this.ended;
+  }
+
+  /** The lease is gone: stop now, commit nothing, release nothing (it belongs to someone else). */
+  abort(): void {
+    this.lost = true;
+    this.commits.cancel();
+    this.halt();
+  }
+
+  private async finish(timeoutMs: number, finishBatch: boolean): Promise<void> {
+    if (finishBatch) this.drain();
+    else this.halt();
+    const finished = await withTimeout(
+      (this.loop ?? Promise.resolve()).then(() => true),
+      timeoutMs,
+      () => false,
+    );
+    if (!finished) {
+      this.logger.warn(this.record(`handlers still running after ${timeoutMs} ms; committing what is done`));
+      this.halt();
+    }
+    if (!this.params.redis.isReady()) {
+      // Nothing can be committed or released now: the next owner takes over when the lease expires.
+      this.logger.warn(this.record(`Redis is unreachable; leaving without a final commit`));
+      return;
+    }
+    try {
+      await this.commits.flush();
+      if (this.lost) return;
+      const mark = this.current?.watermark();
+      if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
+      if (!this.lost) await this.params.lease.release();
+    } catch (error) {
+      this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
+    }
+  }
+
+  /** No more reads; the batch in hand goes on. */
+  private drain(): void {
+    if (this.draining) return;
+    this.draining = true;
+    this.wake?.([]);
+    // Breaks a blocked XREAD at once instead of waiting for its timeout.
+    this.connection?.disconnect();
+  }
+
+  /** No more reads, and no entry of the batch starts any more; retry waits end early. */
+  private halt(): void {
+    this.drain();
+    this.stop.fire();
+  }
+
+  /** The whole cycle: receive a batch, take it on, repeat until stopped or fenced. */
+  private async run(): Promise<void> {
+    this.readFrom(this.cursor);
+    while (!this.draining) {
+      const received = await this.receive();
+      // Only groups with batch handlers pay the extra await.
+      const entries = received && received.length > 0 && this.params.processor.hasBatchHandlers ? await this.fillUp(received) : received;
+      if (entries === null || (entries.length > 0 && (await this.takeOn(entries)) === 'end')) return;
+    }
+  }
+
+  /**
+   * The batch read in flight. An empty or failed read starts the next one
+   * (after a backoff when it failed) and gives `[]`; null once stopping.
+   */
+  private async receive(): Promise<Entry[] | null> {
+    let entries: Entry[];
+    try {
+      entries = await this.untilDrained(this.next);
+    } catch (error) {
+      if (this.draining) return null;
+      this.logger.warn(this.record(`read failed (${describeError(error)}); retrying`));
+      return (await this.retryRead()) === 'continue' ? [] : null;
+    }
+    if (this.draining) return null;
+    if (entries.length === 0) this.readFrom(this.cursor);
+    return entries;
+  }
+
+  /**
+   * Batch handlers with `maxWaitMs`: a read that brought fewer entries than
+   * their `maxSize` is topped up by further blocking reads (XREAD BLOCK with
+   * what is left of the wait as its timeout: nothing polls) until the batch
+   * is full or the wait is over. The largest `maxSize` and `maxWaitMs` of the
+   * batch handlers whose events are in hand apply. Not while recovering (one
+   * entry at a time). Null once stopping.
+   */
+  private async fillUp(entries: Entry[]): Promise<Entry[] | null> {
+    if (this.recovery.active) return entries;
+    let size = 0;
+    let waitMs = 0;
+    for (const entry of entries) {
+      const batch = this.params.processor.batchOf(entry);
+      if (batch) [size, waitMs] = [Math.max(size, batch.maxSize), Math.max(waitMs, batch.maxWaitMs)];
+    }
+    const deadline = performance.now() + waitMs;
+    let all = entries;
+    while (all.length < size) {
+      const left = Math.ceil(deadline - performance.now());
+      if (left <= 0) break;
+      let more: Entry[];
+      try {
+        more = await this.untilDrained(this.read(all[all.length - 1].offset, size - all.length, left));
+      } catch {
+        if (this.draining) return null;
+        break; // handle what is in hand; the next read meets the trouble and reports it
+      }
+      if (this.draining) return null;
+      if (more.length === 0) break;
+      all = all.concat(more);
+    }
+    return all;
+  }
+
+  /** Recovery check, idempotency lookup, then the batch itself; without either, straight to the batch (no extra async frame). */
+  private takeOn(entries: Entry[]): Promise<Step> {
+    if (!this.recovery.active && !this.params.options.enableIdempotency) return this.runBatch(new BatchRun(entries, this.batchContext));
+    return this.takeOnChecked(entries);
+  }
+
+  private async takeOnChecked(entries: Entry[]): Promise<Step> {
+    if (this.recovery.active) {
+      const verdict = await this.recovery.countDelivery(entries[0]);
+      if (verdict === 'retry') return this.retryRead();
+      if (verdict === 'dead-lettered') return this.passOver(entries[0]);
+    }
+    let alreadyDone: Set<string> | undefined;
+    try {
+      alreadyDone = this.params.options.enableIdempotency ? await this.doneIds(entries) : undefined;
+    } catch (error) {
+      this.logger.warn(this.record(`idempotency check failed (${describeError(error)}); retrying`));
+      return this.retryRead();
+    }
+    return this.runBatch(new BatchRun(entries, this.batchContext, alreadyDone));
+  }
+
+  private async runBatch(batch: BatchRun): Promise<Step> {
+    this.current = batch;
+    const batchStart = this.cursor;
+    this.tally.took(batchStart, batch.entries);
+    const recovering = this.recovery.active;
+    this.recovery.consume(batch.entries.length);
+    this.cursor = batch.lastOffset;
+    // The next read travels while this batch is handled. A batch of one entry (a consumer keeping up at a
+    // low rate) starts its handler first, so the read's syscall is not on the way to it; a longer batch
+    // sends the read first, since synchronous handlers would run the whole batch before it left.
+    let running: Promise<void>;
+    if (batch.entries.length === 1) {
+      running = batch.run(this.params.options.concurrency);
+      this.readFrom(this.cursor);
+    } else {
+      this.readFrom(this.cursor);
+      running = batch.run(this.params.options.concurrency);
+    }
+    await running;
+    if (this.draining) return 'end'; // the stopper commits the low watermark
+    const mark = batch.watermark();
+    const committing = this.commitPipelined(mark, batch.handledIds, recovering);
+    if (!(committing === true || (committing !== false && (await committing)))) return 'end';
+    this.current = undefined;
+    return batch.complete ? 'continue' : this.restartAt(mark ?? batchStart);
+  }
+
+  /**
+   * Queues the commit of `mark` without waiting for it: it travels while the
+   * next batch is handled, merged with the next batches' marks while another
+   * commit is in flight or was sent less than `COMMIT_SPACING_MS` ago. A
+   * fenced verdict aborts the worker (which stops the batch in hand) when it
+   * arrives. With `wait` (recovering), the commit lands before the next entry
+   * starts. False when the lease was lost.
+   */
+  private commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): boolean | Promise<boolean> {
+    if (this.lost) return false;
+    if (mark !== undefined) this.commits.push(mark, handledIds);
+    return wait ? this.commits.flush() : true;
+  }
+
+  /** The entry after the committed offset was dead-lettered unhandled (a crash loop): commit past it. */
+  private async passOver(entry: Entry): Promise<Step> {
+    this.tally.took(this.cursor, [entry]);
+    this.cursor = entry.offset;
+    this.recovery.consume(1);
+    if (!(await this.commit(entry.offset))) return 'end';
+    this.readFrom(this.cursor);
+    return 'continue';
+  }
+
+  /**
+   * An entry could not be finished (its failure could not be recorded): read
+   * again from it rather than skipping it, on a fresh connection.
+   */
+  private restartAt(offset: string): Promise<Step> {
+    this.cursor = offset;
+    this.connection?.disconnect();
+    this.connection = this.params.redis.duplicate();
+    return this.retryRead();
+  }
+
+  /** Waits the read-error backoff, then reads again from the cursor; `end` when stopped meanwhile. */
+  private async retryRead(): Promise<Step> {
+    if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return 'end';
+    this.readFrom(this.cursor);
+    return 'continue';
+  }
+
+  /**
+   * Event ids of `entries` that idempotency already recorded as done (one round trip per batch), or that
+   * an earlier batch of this worker handled and whose commit has not landed yet.
+   */
+  private async doneIds(entries: Entry[]): Promise<Set<string>> {
+    const ids: string[] = [];
+    for (const entry of entries) if (!isMalformed(entry) && this.params.processor.wants(entry)) ids.push(entry.id);
+    const done = new Set<string>();
+    if (ids.length === 0) return done;
+    // Taken before the lookup leaves: a commit queued now may land while it travels, after Redis answered it.
+    for (const id of this.commits.pending(ids)) done.add(id);
+    const { redis, lease } = this.params;
+    const scores = (await redis.client.zmscore(redis.keys.done(lease.group, lease.partition), ...ids)) as Array<string | null>;
+    const now = Date.now();
+    scores.forEach((score, i) => {
+      if (score !== null && Number(score) > now) done.add(ids[i]);
+    });
+    return done;
+  }
+
+  /**
+   * `read`'s entries, or none as soon as draining starts. Not a `Promise.race` with a promise that
+   * settles on drain: every race leaves a reaction on that promise which holds the race's result, so
+   * each batch read stayed reachable until the worker stopped (measured: 861 bytes a batch, 86 MB
+   * after 100 000 one-entry batches).
+   */
+  private untilDrained(read: Promise<Entry[]>): Promise<Entry[]> {
+    if (this.draining) return Promise.resolve([]);
+    return new Promise<Entry[]>((resolve, reject) => {
+      this.wake = resolve;
+      read.then(resolve, reject);
+    });
+  }
+
+  /** Starts the next read; one left behind by a stop may reject later, which is expected. */
+  private readFrom(after: string): void {
+    this.next = this.read(after, this.recovery.readSize(this.readSize));
+    this.next.catch(() => undefined);
+  }
+
+  private read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
+    const connection = this.connection;
+    if (!connection) return Promise.resolve([]);
+    this.reader ??= new PartitionReader(this.streamKey, this.origin, this.params.options.packedBacklogReads);
+    return this.reader.read(connection, after, count, blockMs);
+  }
+
+  /** Commits through the fenced lease; false when the lease was lost or the commit's fate is unknown (the worker then aborts). */
+  private async commit(offset: string, doneIds: readonly string[] = []): Promise<boolean> {
+    const { options, lease } = this.params;
+    let verdict: 'committed' | 'fenced';
+    try {
+      verdict = await lease.commit(offset, doneIds, options.enableIdempotency ? options.idempotencyTtlMs : 0, this.tally.advance(offset));
+    } catch (error) {
+      // Whether it landed is unknown: stop here; the partition is taken again
+      // (by this worker too) from whatever offset Redis holds.
+      this.logger.warn(this.record(`commit of ${offset} failed (${describeError(error)}); dropping the partition`, { offset }));
+      this.abort();
+      return false;
+    }
+    if (verdict === 'committed') {
+      if (compareStreamIds(offset, this.committed) > 0) this.committed = offset;
+      this.params.onCommitted?.(this.partition, this.committed);
+      return true;
+    }
+    this.logger.warn(this.record(`lease was taken over; dropping the partition without committing ${offset}`, { offset }));
+    this.abort();
+    return false;
+  }
+
+  private describe(): string {
+    return `Group "${this.params.lease.group}" partition ${this.params.lease.partition}`;
+  }
+
+  /** A log line of this partition: `text` after the group and partition, which are fields as well. */
+  private record(text: string, fields: LogFields = {}): LogRecord {
+    const { group, partition } = this.params.lease;
+    return logRecord(`${this.describe()}: ${text}`, { group, partition, ...fields });
+  }
+}

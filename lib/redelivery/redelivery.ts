@@ -1,0 +1,57 @@
+import type { Cluster, Redis } from 'ioredis';
+import { MalformedEntry, RawEntry, redeliveryFields } from '../wire/codec';
+import type { EventrailKeys } from '../redis/keys';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
+import { startRedeliverySpan, type RedeliveryKind } from './redelivery-tracing';
+
+/** An entry to deliver again (from a dead letter or an archive), and the partition it goes back to. */
+export interface Redelivery {
+  partition: number;
+  entry: RawEntry | MalformedEntry;
+}
+
+/**
+ * Appends `items` back to the log for `group` alone: each keeps its event
+ * id, key, publish time, data and headers, and carries `to: <group>`, so
+ * every other group skips it. Each gets a new stream id at the end of its
+ * partition. One pipeline per partition, sent together (on Redis Cluster a
+ * pipeline may only touch one slot). Returns per item null when it was
+ * appended, else why not. With `tracing` (and OpenTelemetry installed), in a
+ * replay span whose trace context the items carry in `replaytraceparent`.
+ */
+export async function redeliver(
+  client: Redis | Cluster,
+  keys: EventrailKeys,
+  group: string,
+  items: readonly Redelivery[],
+  tracing?: ResolvedTracingOptions,
+  kind: RedeliveryKind = 'replay',
+): Promise<Array<Error | null>> {
+  const span = tracing ? startRedeliverySpan(tracing, keys.prefix, group, items, kind) : undefined;
+  if (span) return span.track(append(client, keys, group, span.items));
+  return append(client, keys, group, items);
+}
+
+async function append(
+  client: Redis | Cluster,
+  keys: EventrailKeys,
+  group: string,
+  items: readonly Redelivery[],
+): Promise<Array<Error | null>> {
+  const byPartition = new Map<number, number[]>();
+  items.forEach(({ partition }, index) => {
+    const indexes = byPartition.get(partition) ?? [];
+    indexes.push(index);
+    byPartition.set(partition, indexes);
+  });
+  const results = new Array<Error | null>(items.length).fill(null);
+  await Promise.all(
+    [...byPartition].map(async ([partition, indexes]) => {
+      const pipeline = client.pipeline();
+      for (const index of indexes) pipeline.xadd(keys.stream(partition), '*', ...redeliveryFields(items[index].entry, group));
+      const replies = (await pipeline.exec()) ?? [];
+      indexes.forEach((index, i) => (results[index] = replies[i] ? replies[i][0] : new Error('the pipeline was not executed')));
+    }),
+  );
+  return results;
+}

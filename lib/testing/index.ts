@@ -1,6 +1,0 @@
-// `nestjs-eventrail/testing`: helpers for testing an app's handlers against a real Redis.
-// Loaded only by tests; the main entry point never imports it.
-export { freePort, startRedisServer, waitUntilAnswers } from './redis-server';
-export type { RedisServer, StartRedisServerOptions } from './redis-server';
-export { createTestPrefix, deletePrefix, uniquePrefix } from './test-prefix';
-export type { TestPrefix } from './test-prefix';

@@ -1,0 +1,69 @@
+import { DEFAULT_CONSUMER_OPTIONS, InvalidOptionError, NonRetryableError } from '../../lib';
+import { resolveConsumerOptions } from '../../lib/module/eventrail.options';
+import { retryVerdict, type RetryLimits } from '../../lib/consumer/handling/retry-policy';
+
+const NO_JITTER = (): number => 1; // the full exponential delay
+const limits = (overrides: Partial<RetryLimits>): RetryLimits => ({
+  maxRetries: 5,
+  maxRetryAgeMs: 0,
+  retryBackoffMs: 100,
+  retryBackoffMaxMs: 1_000,
+  ...overrides,
+});
+
+describe('retryVerdict', () => {
+  it('retries with the capped backoff up to maxRetries when there is no time budget', () => {
+    const delays = [1, 2, 3, 4, 5].map((attempt) => retryVerdict(limits({}), attempt, new Error('x'), 0, 0, NO_JITTER));
+    expect(delays).toEqual([{ retryInMs: 100 }, { retryInMs: 200 }, { retryInMs: 400 }, { retryInMs: 800 }, { retryInMs: 1_000 }]);
+    expect(retryVerdict(limits({}), 6, new Error('x'), 0, 0)).toEqual({ giveUp: 'retries-exhausted' });
+  });
+
+  it('gives a NonRetryableError up at once, whatever the budget', () => {
+    expect(retryVerdict(limits({ maxRetryAgeMs: 60_000 }), 1, new NonRetryableError('no'), 0, 0)).toEqual({ giveUp: 'non-retryable' });
+  });
+
+  it('retries by time until the message has been failing for maxRetryAgeMs, the last wait ending at the limit', () => {
+    const byTime = limits({ maxRetries: Number.POSITIVE_INFINITY, maxRetryAgeMs: 10_000 });
+    expect(retryVerdict(byTime, 500, new Error('x'), 0, 5_000, NO_JITTER)).toEqual({ retryInMs: 1_000 });
+    expect(retryVerdict(byTime, 500, new Error('x'), 0, 9_700, NO_JITTER)).toEqual({ retryInMs: 300 });
+    expect(retryVerdict(byTime, 500, new Error('x'), 0, 10_000, NO_JITTER)).toEqual({ giveUp: 'retries-exhausted' });
+  });
+
+  it('stops at whichever limit comes first when both are set', () => {
+    const both = limits({ maxRetries: 2, maxRetryAgeMs: 60_000 });
+    expect(retryVerdict(both, 3, new Error('x'), 0, 10)).toEqual({ giveUp: 'retries-exhausted' });
+    const short = limits({ maxRetries: 100, maxRetryAgeMs: 50 });
+    expect(retryVerdict(short, 2, new Error('x'), 0, 60)).toEqual({ giveUp: 'retries-exhausted' });
+  });
+});
+
+describe('maxRetryAgeMs resolution', () => {
+  it('is off by default: count-based retries as before', () => {
+    expect(DEFAULT_CONSUMER_OPTIONS).toMatchObject({ maxRetries: 5, maxRetryAgeMs: 0 });
+  });
+
+  it('given without maxRetries next to it, lifts the count limit', () => {
+    const resolved = resolveConsumerOptions('consumer', { maxRetryAgeMs: 3_600_000 }, DEFAULT_CONSUMER_OPTIONS);
+    expect(resolved).toMatchObject({ maxRetryAgeMs: 3_600_000, maxRetries: Number.POSITIVE_INFINITY });
+    // A more specific level inherits both, or sets a count of its own.
+    expect(resolveConsumerOptions('groups.g', { concurrency: 2 }, resolved).maxRetries).toBe(Number.POSITIVE_INFINITY);
+    expect(resolveConsumerOptions('groups.g', { maxRetries: 3 }, resolved)).toMatchObject({ maxRetries: 3, maxRetryAgeMs: 3_600_000 });
+  });
+
+  it('given with maxRetries, keeps both limits', () => {
+    expect(resolveConsumerOptions('consumer', { maxRetryAgeMs: 60_000, maxRetries: 8 }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
+      maxRetries: 8,
+      maxRetryAgeMs: 60_000,
+    });
+  });
+
+  it('refuses a value that is not a whole number of milliseconds, naming the option', () => {
+    expect(() => resolveConsumerOptions('groups.ledger', { maxRetryAgeMs: -1 }, DEFAULT_CONSUMER_OPTIONS)).toThrow(InvalidOptionError);
+    expect(() => resolveConsumerOptions('groups.ledger', { maxRetryAgeMs: 1.5 }, DEFAULT_CONSUMER_OPTIONS)).toThrow(
+      /groups\.ledger\.maxRetryAgeMs/,
+    );
+    expect(() => resolveConsumerOptions('consumer', { maxRetries: Number.POSITIVE_INFINITY }, DEFAULT_CONSUMER_OPTIONS)).toThrow(
+      /consumer\.maxRetries/,
+    );
+  });
+});

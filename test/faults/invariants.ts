@@ -1,0 +1,241 @@
+import type { DeadLetter } from '../../lib';
+import { EVENTS, FUZZ_MARK_TTL_MS, FuzzAttempt, FuzzData, GROUPS } from './support/chaos-protocol';
+import type { Schedule } from './schedule';
+
+/** One entry of the log as the stream holds it. */
+export interface FuzzLogEntry {
+  partition: number;
+  offset: string;
+  id: string;
+  event: string;
+  key: string | null;
+  /** Set on dead-letter replays: the one group that handles it. */
+  to: string | undefined;
+  data: FuzzData;
+}
+
+/** An event whose publish resolved: where publish said it is. */
+export interface Accepted {
+  n: number;
+  id: string;
+  partition: number;
+  offset: string;
+}
+
+/** Everything a run leaves to check, collected after the groups caught up. */
+export interface RunRecord {
+  schedule: Schedule;
+  accepted: readonly Accepted[];
+  log: readonly FuzzLogEntry[][];
+  /** Every handler attempt, in the order Redis applied them. */
+  attempts: readonly FuzzAttempt[];
+  /** Per group: dead letters still there at the end, and those replayed during the run. */
+  deadLetters: ReadonlyMap<string, { current: readonly DeadLetter[]; replayed: readonly DeadLetter[] }>;
+  /** Committed offsets that moved back with no reset to explain it (from the sampler). */
+  backwardMoves: readonly string[];
+  /** Worker exits that were not the test's doing. */
+  unexpectedExits: readonly string[];
+  /** Workers SIGSTOPped during the run: pid, from and to (Date.now()). */
+  freezes: ReadonlyArray<{ pid: number; from: number; to: number }>;
+  /** Set when the groups did not catch up in time. */
+  drainFailure?: string;
+}
+
+export interface Violation {
+  invariant: 'delivered' | 'key-order' | 'dead-letters' | 'offsets' | 'idempotency' | 'replay-target' | 'workers' | 'drained';
+  detail: string;
+  /**
+   * idempotency: another process had handled the event before (so the mark
+   * was committed under someone else's lease): the call came from a stale
+   * owner going on with the batch it had in hand (it was SIGSTOPped, or stalled, past its lease).
+   */
+  staleOwner?: boolean;
+}
+
+const LIMIT_PER_INVARIANT = 10;
+
+/** Whether `group` has a handler for `entry` (its type, and a replay marked for it or for nobody). */
+export function wants(group: string, entry: Pick<FuzzLogEntry, 'event' | 'to'>): boolean {
+  if (entry.to !== undefined && entry.to !== group) return false;
+  if (entry.event === EVENTS.fuzzBoth) return true;
+  return entry.event === EVENTS.fuzzFirst && group === GROUPS.fuzzIdem;
+}
+
+export function ref(partition: number, offset: string): string {
+  return `${partition}|${offset}`;
+}
+
+/**
+ * The invariants of a run:
+ * - delivered: every accepted publish is in the log where publish said, and
+ *   every log entry (accepted or appended by a publish that rejected) is
+ *   handled, or dead-lettered, by every group that has a handler for it;
+ * - key-order: per group and key (keyless: per partition), an entry is first
+ *   handled only after every earlier entry of its key was first handled or
+ *   finally failed (its last attempt before the dead letter);
+ * - dead-letters: only events made to fail in that group, with the reason their poison asks for;
+ * - offsets: no committed offset moved back except across a reset;
+ * - idempotency: in fuzz-idem, no handler call started after the event's done-mark was committed;
+ * - replay-target: a replayed entry is handled by its group alone;
+ * - workers: no worker died but by the test's hand; drained: the groups caught up.
+ */
+export function checkRun(run: RunRecord): Violation[] {
+  const out: Violation[] = [];
+  const add = (invariant: Violation['invariant'], detail: string, staleOwner?: boolean): void => {
+    if (out.filter((v) => v.invariant === invariant).length < LIMIT_PER_INVARIANT)
+      out.push({ invariant, detail, ...(staleOwner ? { staleOwner } : {}) });
+  };
+  if (run.drainFailure) add('drained', run.drainFailure);
+  for (const exit of run.unexpectedExits) add('workers', exit);
+  for (const move of run.backwardMoves) add('offsets', move);
+  checkDelivered(run, add);
+  for (const group of run.schedule.groups) checkKeyOrder(run, group, add);
+  checkDeadLetters(run, add);
+  checkIdempotency(run, add);
+  for (const a of run.attempts) {
+    const entry = entryAt(run, a.partition, a.offset);
+    if (entry && !wants(a.group, entry)) add('replay-target', `${a.group} ran a handler for ${describeEntry(entry)}, which is not for it`);
+  }
+  return out;
+}
+
+type Add = (invariant: Violation['invariant'], detail: string, staleOwner?: boolean) => void;
+
+function checkDelivered(run: RunRecord, add: Add): void {
+  for (const a of run.accepted) {
+    const entry = entryAt(run, a.partition, a.offset);
+    if (!entry || entry.id !== a.id)
+      add('delivered', `event ${a.n} (${a.id}) accepted at ${ref(a.partition, a.offset)} is not in the log there`);
+  }
+  for (const group of run.schedule.groups) {
+    const handlings = run.attempts.filter((a) => a.group === group && a.outcome === 'H');
+    const handled = new Set(handlings.map((a) => ref(a.partition, a.offset)));
+    // With idempotency on, an entry whose event id was handled at another entry (a replay) is skipped without a call.
+    const handledIds = new Set(group === GROUPS.fuzzIdem ? handlings.map((a) => a.eventId) : []);
+    const letters = run.deadLetters.get(group);
+    const lettered = new Set([...(letters?.current ?? []), ...(letters?.replayed ?? [])].map((d) => ref(d.partition, d.offset)));
+    for (const entry of run.log.flat()) {
+      const at = ref(entry.partition, entry.offset);
+      if (wants(group, entry) && !handled.has(at) && !lettered.has(at) && !handledIds.has(entry.id))
+        add('delivered', `${group} neither handled nor dead-lettered ${describeEntry(entry)}`);
+    }
+  }
+}
+
+function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
+  const { maxRetries } = run.schedule.consumer;
+  // Per chain (key, or keyless partition): the group's entries in stream order, and each entry's place.
+  const chains = new Map<string, FuzzLogEntry[]>();
+  const place = new Map<string, { chain: string; index: number; entry: FuzzLogEntry }>();
+  for (const partition of run.log) {
+    for (const entry of partition) {
+      if (!wants(group, entry)) continue;
+      const chain = entry.key ?? `#${entry.partition}`;
+      const list = chains.get(chain) ?? [];
+      chains.set(chain, list);
+      place.set(ref(entry.partition, entry.offset), { chain, index: list.length, entry });
+      list.push(entry);
+    }
+  }
+  // Entries of each event id: with idempotency on, handling one settles the others (they are skipped).
+  const byId = new Map<string, string[]>();
+  for (const [at, { entry }] of place) byId.set(entry.id, [...(byId.get(entry.id) ?? []), at]);
+  const settled = new Set<string>();
+  // Per chain: how many entries from the first on are settled.
+  const prefix = new Map<string, number>();
+  const advance = (chain: string): void => {
+    const list = chains.get(chain) as FuzzLogEntry[];
+    let next = prefix.get(chain) ?? 0;
+    while (next < list.length && settled.has(ref(list[next].partition, list[next].offset))) next++;
+    prefix.set(chain, next);
+  };
+  for (const a of run.attempts) {
+    if (a.group !== group) continue;
+    const at = ref(a.partition, a.offset);
+    const found = place.get(at);
+    if (!found) continue;
+    const poison = found.entry.data.poison?.[group];
+    // The attempt after which the library dead-letters the entry (poison wins over a transient failure).
+    const finalFailure = a.outcome === 'P' && (poison === 'non-retryable' || a.attempt > maxRetries);
+    if (a.outcome !== 'H' && !finalFailure) continue;
+    if (!settled.has(at)) {
+      const first = prefix.get(found.chain) ?? 0;
+      if (a.outcome === 'H' && found.index > first) {
+        const missing = (chains.get(found.chain) as FuzzLogEntry[])[first];
+        add(
+          'key-order',
+          `${group}: ${describeEntry(found.entry)} first handled (pid ${a.pid}, attempt ${a.attempt}) before ${describeEntry(missing)} was handled or dead-lettered`,
+        );
+      }
+      settled.add(at);
+    }
+    // Even a repeat handling (after a reset) settles the other entries of the id: their done-mark makes them skipped.
+    if (a.outcome === 'H' && group === GROUPS.fuzzIdem) for (const other of byId.get(a.eventId) ?? []) settled.add(other);
+    advance(found.chain);
+  }
+}
+
+function checkDeadLetters(run: RunRecord, add: Add): void {
+  for (const [group, { current, replayed }] of run.deadLetters) {
+    const seen = new Set<string>();
+    for (const letter of [...current, ...replayed]) {
+      if (seen.has(letter.id)) continue;
+      seen.add(letter.id);
+      const data = letter.data as Partial<FuzzData> | null;
+      const poison = data?.poison?.[group];
+      const expected = poison === 'always' ? 'retries-exhausted' : poison === 'non-retryable' ? 'non-retryable' : undefined;
+      if (letter.reason !== expected) {
+        add(
+          'dead-letters',
+          `${group} dead-lettered event ${data?.n} (${letter.eventId}) at ${ref(letter.partition, letter.offset)} ` +
+            `with reason ${letter.reason} (${letter.error.name}: ${letter.error.message}, ${letter.attempts} attempts); ` +
+            `its poison for the group: ${poison ?? 'none'}`,
+        );
+      }
+    }
+  }
+}
+
+function checkIdempotency(run: RunRecord, add: Add): void {
+  // Event id -> pids whose handler of it succeeded so far.
+  const handledBy = new Map<string, Set<number>>();
+  for (const a of run.attempts) {
+    if (a.group !== GROUPS.fuzzIdem) continue;
+    const pids = handledBy.get(a.eventId) ?? new Set<number>();
+    handledBy.set(a.eventId, pids);
+    const staleOwner = [...pids].some((pid) => pid !== a.pid);
+    if (a.outcome === 'H') pids.add(a.pid);
+    if (a.mark === null) continue;
+    const committedAt = a.mark - FUZZ_MARK_TTL_MS;
+    if (committedAt >= a.startedAt) continue;
+    const frozen = run.freezes.filter((f) => f.pid === a.pid && f.from <= a.startedAt);
+    add(
+      'idempotency',
+      `${a.group}: handler for ${a.eventId} at ${ref(a.partition, a.offset)} (pid ${a.pid}, attempt ${a.attempt}) started at ${a.startedAt}, ` +
+        `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt})` +
+        (staleOwner ? `; pid${[...pids].filter((p) => p !== a.pid).map((p) => ` ${p}`)} had handled it before` : '') +
+        (frozen.length ? `; pid ${a.pid} had been SIGSTOPped ${frozen.map((f) => `${f.from}-${f.to}`).join(', ')}` : ''),
+      staleOwner,
+    );
+  }
+}
+
+function entryAt(run: RunRecord, partition: number, offset: string): FuzzLogEntry | undefined {
+  return indexOf(run).get(ref(partition, offset));
+}
+
+const indexes = new WeakMap<RunRecord, Map<string, FuzzLogEntry>>();
+
+function indexOf(run: RunRecord): Map<string, FuzzLogEntry> {
+  let index = indexes.get(run);
+  if (!index) {
+    index = new Map(run.log.flat().map((e) => [ref(e.partition, e.offset), e]));
+    indexes.set(run, index);
+  }
+  return index;
+}
+
+function describeEntry(e: FuzzLogEntry): string {
+  const where = e.key === null ? 'keyless' : `key ${e.key}`;
+  return `event ${e.data.n} (${e.event}, ${where}, seq ${e.data.seq}${e.to ? `, replay for ${e.to}` : ''}) at ${ref(e.partition, e.offset)}`;
+}
