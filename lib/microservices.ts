@@ -9,3 +9,4 @@ export type { EventrailClientOptions, EventrailServerOptions } from './microserv
 export { RequestResponseNotSupportedError } from './microservices/errors/request-response-not-supported.error';
 export { InvalidPatternError } from './microservices/errors/invalid-pattern.error';
 export { HandlerReplyError } from './microservices/errors/handler-reply.error';
+export { ClientClosedError } from './microservices/errors/client-closed.error';

@@ -1,6 +1,7 @@
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { throwError, type Observable } from 'rxjs';
 import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import { ClientClosedError } from './errors/client-closed.error';
 import { RequestResponseNotSupportedError } from './errors/request-response-not-supported.error';
 import { EventrailPublisher, type PublishResult } from '../publisher/eventrail.publisher';
 import { EventrailRedis } from '../redis/eventrail-redis';
@@ -21,38 +22,68 @@ export class EventrailClient extends ClientProxy {
   private redis?: EventrailRedis;
   private publisher?: EventrailPublisher;
   private connecting?: Promise<EventrailPublisher>;
+  /** The connection of a connect still waiting for Redis, which a close disconnects. */
+  private pending?: EventrailRedis;
+  /** Ends the current connect's wait for Redis at once (set while it waits). */
+  private abandonConnect?: () => void;
 
   constructor(options: EventrailClientOptions = {}) {
     super();
     this.options = resolveClientOptions(options);
   }
 
-  /** Connects to Redis and checks the log (partition count); rejects with `RedisUnavailableError` after `startupTimeoutMs`. */
+  /**
+   * Connects to Redis and checks the log (partition count); rejects with `RedisUnavailableError` after
+   * `startupTimeoutMs`, or with `ClientClosedError` if `close()` is called meanwhile.
+   */
   connect(): Promise<EventrailPublisher> {
-    this.connecting ??= (async () => {
-      this._status$.next('connecting');
-      const redis = new EventrailRedis(this.options);
-      await redis.onModuleInit();
-      this.redis = redis;
-      this.publisher = new EventrailPublisher(redis, this.options);
-      this._status$.next('connected');
-      return this.publisher;
-    })().catch((error: unknown) => {
-      // The next emit tries again.
-      this.connecting = undefined;
-      this._status$.next('disconnected');
+    if (this.connecting) return this.connecting;
+    const connecting = this.open().catch((error: unknown) => {
+      // The next emit tries again (unless a close or a newer connect already took over).
+      if (this.connecting === connecting) {
+        this.connecting = undefined;
+        this._status$.next('disconnected');
+      }
       throw error;
     });
-    return this.connecting;
+    this.connecting = connecting;
+    return connecting;
   }
 
+  /** Disconnects; a `connect()` still waiting for Redis fails with `ClientClosedError` and leaves no connection. */
   async close(): Promise<void> {
-    const redis = this.redis;
+    this.abandonConnect?.();
+    const connections = [this.redis, this.pending].filter((redis): redis is EventrailRedis => redis !== undefined);
     this.connecting = undefined;
     this.redis = undefined;
+    this.pending = undefined;
     this.publisher = undefined;
-    await redis?.onApplicationShutdown();
+    await Promise.all(connections.map((redis) => redis.onApplicationShutdown()));
     this._status$.next('disconnected');
+  }
+
+  private async open(): Promise<EventrailPublisher> {
+    this._status$.next('connecting');
+    const redis = new EventrailRedis(this.options);
+    this.pending = redis;
+    let closed = false;
+    const abandoned = new Promise<void>((resolve) => {
+      this.abandonConnect = () => {
+        closed = true;
+        resolve();
+      };
+    });
+    try {
+      await Promise.race([redis.onModuleInit(), abandoned]);
+    } finally {
+      this.abandonConnect = undefined;
+      if (this.pending === redis) this.pending = undefined;
+    }
+    if (closed) throw new ClientClosedError();
+    this.redis = redis;
+    this.publisher = new EventrailPublisher(redis, this.options);
+    this._status$.next('connected');
+    return this.publisher;
   }
 
   /** The ioredis client (`Redis` or `Cluster`), once connected. */

@@ -44,6 +44,10 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
   private readonly options: ResolvedEventrailOptions;
   private redis?: EventrailRedis;
   private consumers?: EventrailConsumers;
+  /** Moves on at every close, so a start still waiting for Redis gives up instead of going on for a closed app. */
+  private generation = 0;
+  /** Ends the current start's wait for Redis at once (set while it waits). */
+  private abandonStart?: () => void;
 
   constructor(options: EventrailServerOptions) {
     super();
@@ -61,12 +65,18 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
     callback();
   }
 
-  /** Stops consuming as a Nest shutdown does: running handlers finish, offsets are committed, leases released. */
+  /**
+   * Stops consuming as a Nest shutdown does: running handlers finish, offsets are committed, leases released.
+   * A `listen()` still waiting for Redis stops waiting and starts nothing (its callback gets no error).
+   */
   async close(): Promise<void> {
-    await this.consumers?.stop();
-    await this.redis?.onApplicationShutdown();
+    this.generation++;
+    this.abandonStart?.();
+    const { consumers, redis } = this;
     this.consumers = undefined;
     this.redis = undefined;
+    await consumers?.stop();
+    await redis?.onApplicationShutdown();
     this._status$.next('disconnected');
   }
 
@@ -83,16 +93,26 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
 
   private async start(): Promise<void> {
     const handlers = this.plan();
+    const generation = this.generation;
+    const open = (): boolean => generation === this.generation;
     this._status$.next('connecting');
     const redis = new EventrailRedis(this.options);
-    // Fails within startupTimeoutMs with RedisUnavailableError (and disconnects) when Redis does not answer.
-    await redis.onModuleInit();
+    // Known before it answers, so a close meanwhile disconnects it rather than leaving it to reconnect.
+    this.redis = redis;
+    const closed = new Promise<void>((resolve) => (this.abandonStart = resolve));
+    try {
+      // Fails within startupTimeoutMs with RedisUnavailableError (and disconnects) when Redis does not answer.
+      await Promise.race([redis.onModuleInit(), closed]);
+    } finally {
+      this.abandonStart = undefined;
+    }
+    if (!open()) return;
     const consumers = new EventrailConsumers(redis, this.options);
     if (handlers.size > 0) consumers.register({ group: this.group, handlers, options: this.options.consumer });
-    this.redis = redis;
     this.consumers = consumers;
+    // A close during this start stops the consumers, which then undo what the start took.
     await consumers.start();
-    this._status$.next('connected');
+    if (open()) this._status$.next('connected');
   }
 
   /** One eventrail handler per `@EventPattern`; Nest already chains several methods of one pattern into one handler. */

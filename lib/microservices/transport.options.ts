@@ -1,11 +1,5 @@
-import {
-  DEFAULT_CONSUMER_OPTIONS,
-  resolveModuleOptions,
-  validateGroupName,
-  type ConsumerOptions,
-  type EventrailModuleOptions,
-  type ResolvedEventrailOptions,
-} from '../module/eventrail.options';
+import { CONSUMER_OPTION_NAMES, validateGroupName, type ConsumerOptions } from '../consumer/consumer.options';
+import { resolveModuleOptions, type EventrailModuleOptions, type ResolvedEventrailOptions } from '../module/eventrail.options';
 import { checkObject, rejectUnknownKeys } from '../util/option-checks';
 
 /** The log options both ends of the transport need: where it is and how it is laid out. */
@@ -35,9 +29,8 @@ const LOG_OPTION_NAMES = Object.keys({
   requireNoEviction: true,
   tracing: true,
 } satisfies Record<keyof LogOptions, true>);
-const CONSUMER_OPTION_NAMES = Object.keys(DEFAULT_CONSUMER_OPTIONS);
-const SERVER_OPTION_NAMES = [...LOG_OPTION_NAMES, 'group', 'metrics', ...CONSUMER_OPTION_NAMES];
-const CLIENT_OPTION_NAMES = [...LOG_OPTION_NAMES, 'durability', 'replication', 'maxPayloadBytes', 'dedupWindowMs'];
+export const SERVER_OPTION_NAMES = [...LOG_OPTION_NAMES, 'group', 'metrics', ...CONSUMER_OPTION_NAMES];
+export const CLIENT_OPTION_NAMES = [...LOG_OPTION_NAMES, 'durability', 'replication', 'maxPayloadBytes', 'dedupWindowMs'];
 
 /** Module options for a server: validated like `forRoot`'s, the consumer options as the group's. */
 export function resolveServerOptions(options: EventrailServerOptions): { group: string; resolved: ResolvedEventrailOptions } {
@@ -47,7 +40,7 @@ export function resolveServerOptions(options: EventrailServerOptions): { group: 
   const consumer: Record<string, unknown> = {};
   const log: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(options)) {
-    if (CONSUMER_OPTION_NAMES.includes(key)) consumer[key] = value;
+    if ((CONSUMER_OPTION_NAMES as readonly string[]).includes(key)) consumer[key] = value;
     else if (key !== 'group') log[key] = value;
   }
   // The handlers start when Nest calls listen(), not on a module bootstrap.
