@@ -94,6 +94,7 @@ function fileCycles(): string[] {
 const { SyntaxKind: K } = ts;
 /** Tokens after which a slash divides; anywhere else it opens a regular expression. */
 const VALUE_END = new Set([K.Identifier, K.NumericLiteral, K.StringLiteral, K.CloseParenToken, K.CloseBracketToken, K.CloseBraceToken]);
+const TRIVIA = new Set([K.SingleLineCommentTrivia, K.MultiLineCommentTrivia, K.NewLineTrivia, K.WhitespaceTrivia, K.ShebangTrivia]);
 const PROSE = new Set([
   K.SingleLineCommentTrivia,
   K.MultiLineCommentTrivia,
@@ -131,7 +132,7 @@ function prose(file: string): Array<{ line: number; text: string }> {
         text: kind === K.SingleLineCommentTrivia || kind === K.MultiLineCommentTrivia ? scanner.getTokenText() : scanner.getTokenValue(),
       });
     }
-    if (!ts.isTrivia(kind)) previous = kind;
+    if (!TRIVIA.has(kind)) previous = kind;
   }
   return found;
 }
