@@ -1,11 +1,15 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import type { EventrailMessage } from '../events/eventrail-message';
+import { InboxTransactionAbortedError } from './errors/inbox-transaction-aborted.error';
 import { InvalidOutboxTransactionError } from './errors/invalid-outbox-transaction.error';
 import { describeError } from '../util/describe-error';
-import { rethrowMissingTable } from './missing-table';
+import { rethrowMissingTable, sqlState } from './missing-table';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
 import { qualified } from './outbox-schema';
+
+/** PostgreSQL's `in_failed_sql_transaction`: a statement after an error inside the same transaction. */
+const IN_FAILED_SQL_TRANSACTION = '25P02';
 
 /** What `handle` did with a message. */
 export interface InboxResult<T> {
@@ -55,11 +59,47 @@ export class EventrailInbox implements OnApplicationBootstrap, OnModuleDestroy {
       }
       // Another worker still holding the same event waits on the unique index until this commits, then sees the row.
       if (rows.length === 0) return { duplicate: true } as InboxResult<T>;
-      return { duplicate: false, result: await work(tx as Tx) };
+      const result = await work(tx as Tx);
+      await this.checkCommittable(connector, tx, message);
+      return { duplicate: false, result };
     });
     if (outcome.duplicate) this.skipped++;
     else this.handled++;
     return outcome;
+  }
+
+  /**
+   * A statement that failed inside `work` and was caught leaves the transaction aborted, and PostgreSQL
+   * answers the library's `COMMIT` with `ROLLBACK` without raising: the effect and the row would be gone
+   * while `handle` reported success. The row is looked for in the transaction before the commit: an
+   * aborted transaction refuses the statement, and one that `work` ended itself no longer holds the row.
+   * Throwing here makes the library roll back, so the message is retried.
+   */
+  private async checkCommittable(
+    connector: ResolvedOutboxOptions['connector'],
+    tx: unknown,
+    message: Pick<EventrailMessage, 'group' | 'id'>,
+  ): Promise<void> {
+    let rows;
+    try {
+      rows = await connector.execute(
+        tx,
+        `select 1 as held from ${qualified(this.options.inboxTable)} where group_name = $1 and event_id = $2`,
+        [message.group, message.id],
+      );
+    } catch (error) {
+      if (sqlState(error) === IN_FAILED_SQL_TRANSACTION) {
+        throw new InboxTransactionAbortedError(message.group, message.id, 'a statement in work failed and its error was caught', error);
+      }
+      throw error;
+    }
+    if (rows.length === 0) {
+      throw new InboxTransactionAbortedError(
+        message.group,
+        message.id,
+        'work ended the transaction itself (a commit or rollback inside it)',
+      );
+    }
   }
 
   /** Messages handled through the inbox by this process, and redeliveries it skipped. */

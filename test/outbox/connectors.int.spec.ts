@@ -9,6 +9,7 @@ import {
   EventrailInbox,
   EventrailOutbox,
   EventrailOutboxRelay,
+  InboxTransactionAbortedError,
   InvalidOutboxTransactionError,
   kyselyConnector,
   OutboxConnector,
@@ -30,6 +31,8 @@ interface Library {
   /** Runs `work` in a transaction of the library; `insertOrder` writes app state through `tx`. */
   transaction<T>(work: (tx: unknown) => Promise<T>): Promise<T>;
   insertOrder(tx: unknown, customer: string): Promise<void>;
+  /** Runs raw SQL through `tx`, as the app's own code would. */
+  run(tx: unknown, text: string): Promise<Array<Record<string, unknown>>>;
   /** The non-transaction handle a user might pass by mistake. */
   notATransaction: unknown;
   close(): Promise<void>;
@@ -51,6 +54,7 @@ describe('outbox connectors', () => {
         transaction: (work) => (pgConnector(own) as OutboxConnector<unknown>).transaction(work),
         insertOrder: async (tx, customer) =>
           void (await (tx as import('pg').PoolClient).query('insert into orders (customer) values ($1)', [customer])),
+        run: async (tx, text) => (await (tx as import('pg').PoolClient).query(text)).rows,
         notATransaction: own,
         close: () => own.end(),
       };
@@ -62,6 +66,7 @@ describe('outbox connectors', () => {
         transaction: (work) => dataSource.transaction(work),
         insertOrder: async (tx, customer) =>
           void (await (tx as import('typeorm').EntityManager).query('insert into orders (customer) values ($1)', [customer])),
+        run: async (tx, text) => (await (tx as import('typeorm').EntityManager).query(text)) as Array<Record<string, unknown>>,
         notATransaction: dataSource.manager,
         close: () => dataSource.destroy(),
       };
@@ -73,6 +78,7 @@ describe('outbox connectors', () => {
         connector: kyselyConnector(db, { pool: own }) as OutboxConnector<unknown>,
         transaction: (work) => db.transaction().execute(work),
         insertOrder: async (tx, customer) => void (await (tx as typeof db).insertInto('orders').values({ customer }).execute()),
+        run: async (tx, text) => (await sql.raw<Record<string, unknown>>(text).execute(tx as typeof db)).rows,
         notATransaction: db,
         close: () => db.destroy(),
       };
@@ -84,6 +90,7 @@ describe('outbox connectors', () => {
         connector: kyselyConnector(db) as OutboxConnector<unknown>,
         transaction: (work) => db.transaction().execute(work),
         insertOrder: async (tx, customer) => void (await sql`insert into orders (customer) values (${customer})`.execute(tx as typeof db)),
+        run: async (tx, text) => (await sql.raw<Record<string, unknown>>(text).execute(tx as typeof db)).rows,
         notATransaction: db,
         close: () => db.destroy(),
       };
@@ -95,6 +102,7 @@ describe('outbox connectors', () => {
         connector: drizzleConnector(db) as OutboxConnector<unknown>,
         transaction: (work) => db.transaction(work),
         insertOrder: async (tx, customer) => void (await (tx as typeof db).execute(`insert into orders (customer) values ('${customer}')`)),
+        run: async (tx, text) => (await (tx as typeof db).execute(text)).rows,
         notATransaction: db,
         close: () => own.end(),
       };
@@ -182,6 +190,44 @@ describe('outbox connectors', () => {
       ]);
       expect(await count('orders', `customer = '${customer}'`)).toBe(1);
       expect(inbox.stats()).toEqual({ handled: 2, skippedDuplicates: 1 });
+    });
+
+    it('fails the inbox handle when work left the transaction aborted, and commits nothing', async () => {
+      const inbox = app.get(EventrailInbox);
+      const customer = `${name}-aborted`;
+      // A work that swallows a SQL error: PostgreSQL then answers COMMIT with ROLLBACK, without raising.
+      const handled = inbox.handle({ group: 'billing', id: `evt-aborted-${name}` }, async (tx) => {
+        await library.insertOrder(tx, customer);
+        await library.run(tx, 'select 1 / 0').catch(() => undefined);
+        return 'done';
+      });
+      await expect(handled).rejects.toThrow(InboxTransactionAbortedError);
+      expect(await count(tables.inboxTable)).toBe(0);
+      expect(await count('orders', `customer = '${customer}'`)).toBe(0);
+      expect(inbox.stats()).toEqual({ handled: 0, skippedDuplicates: 0 });
+    });
+
+    // Kysely does not expose its driver's clients: only with `pool` can the connector keep a lost connection from ending the process.
+    const withClients = name === 'kysely without a pool (polling)' ? it.skip : it;
+    withClients('fails one inbox handle when its connection is terminated mid-transaction, and the next one succeeds', async () => {
+      const inbox = app.get(EventrailInbox);
+      const customer = `${name}-terminated`;
+      const handled = inbox.handle({ group: 'billing', id: `evt-terminated-${name}` }, async (tx) => {
+        await library.insertOrder(tx, customer);
+        const [{ pid }] = await library.run(tx, 'select pg_backend_pid() as pid');
+        // What a restart or a failover does to a connection that sits idle inside a transaction.
+        await pool.query('select pg_terminate_backend($1)', [pid]);
+        await waitFor(
+          async () => (await pool.query('select 1 from pg_stat_activity where pid = $1', [pid])).rowCount === 0,
+          'the backend is gone',
+        );
+        await library.insertOrder(tx, customer);
+      });
+      await expect(handled).rejects.toThrow();
+      expect(await count('orders', `customer = '${customer}'`)).toBe(0);
+      const next = await inbox.handle({ group: 'billing', id: `evt-after-${name}` }, async (tx) => library.insertOrder(tx, customer));
+      expect(next).toEqual({ duplicate: false, result: undefined });
+      expect(await count('orders', `customer = '${customer}'`)).toBe(1);
     });
 
     it('relays through the connector session', async () => {

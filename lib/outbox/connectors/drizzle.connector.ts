@@ -5,6 +5,7 @@ import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency
 import { importOptionalPeer } from '../../util/optional-peer';
 import type { OutboxConnector, Row } from './outbox-connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
+import { guardPoolClients } from './pool-guard';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any schema: the outbox writes raw SQL
 type AnySchema = Record<string, any>;
@@ -31,6 +32,7 @@ export function drizzleConnector<S extends AnySchema>(
   if (typeof pool?.connect !== 'function' || !('totalCount' in pool)) {
     throw new InvalidOutboxTransactionError('drizzle', 'a Drizzle database over a pg Pool (drizzle(pool)), for the relay connection');
   }
+  guardPoolClients(pool);
   const run = async (on: Executor, text: string, params: readonly unknown[]): Promise<Row[]> => {
     const { sql } = await importOptionalPeer(
       () => import('drizzle-orm'),

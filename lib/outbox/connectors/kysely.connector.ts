@@ -5,6 +5,7 @@ import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency
 import { importOptionalPeer } from '../../util/optional-peer';
 import type { OutboxConnector, RelaySession, Row } from './outbox-connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
+import { guardPoolClients } from './pool-guard';
 
 export interface KyselyConnectorOptions {
   /**
@@ -30,6 +31,7 @@ export function kyselyConnector<DB>(db: Kysely<DB>, options: KyselyConnectorOpti
   if (db === null || typeof db !== 'object' || typeof db.transaction !== 'function') {
     throw new InvalidOutboxTransactionError('kysely', 'a Kysely instance');
   }
+  if (options.pool) guardPoolClients(options.pool);
   const run = async (on: Kysely<DB>, sql: string, params: readonly unknown[]): Promise<Row[]> => {
     const { CompiledQuery } = await importOptionalPeer(
       () => import('kysely'),

@@ -2,10 +2,13 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import type { OutboxConnector, Row } from './outbox-connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
+import { guardPoolClients, type ClientEvents } from './pool-guard';
 
 /** What TypeORM's postgres driver offers for a connection of one's own (public on `PostgresDriver`). */
 interface PostgresDriverConnections {
   obtainMasterConnection(): Promise<[NodePgClient, (error?: unknown) => void]>;
+  /** The driver's pg `Pool` (once the DataSource is initialized). */
+  master?: ClientEvents;
 }
 
 /**
@@ -26,6 +29,8 @@ export function typeormConnector(dataSource: DataSource): OutboxConnector<Entity
   if (dataSource.options.type !== 'postgres') {
     throw new InvalidOutboxTransactionError('typeorm', `a DataSource of type postgres, not ${String(dataSource.options.type)}`);
   }
+  const { master } = dataSource.driver as unknown as PostgresDriverConnections;
+  if (typeof master?.on === 'function') guardPoolClients(master);
   return {
     name: 'typeorm',
     async execute(tx, sql, params) {
