@@ -135,6 +135,26 @@ describe('outbox on pg', () => {
     await expect(inTransaction((client) => outbox.publish(client, 'x', {}))).rejects.toThrow(OutboxSchemaMissingError);
   });
 
+  it('refuses a PoolClient that is not inside a transaction, and stores nothing', async () => {
+    const app = await start();
+    const outbox = app.get(EventrailOutbox);
+    const client = await pool.connect();
+    try {
+      // Without BEGIN the insert would autocommit: a later rollback would leave a phantom event.
+      await expect(outbox.publish(client, 'x', {})).rejects.toThrow(InvalidOutboxTransactionError);
+      await client.query('begin');
+      await client.query('select 1 / 0').catch(() => undefined);
+      await expect(outbox.publish(client, 'x', {})).rejects.toThrow(/aborted/);
+      await client.query('rollback');
+      await client.query('begin');
+      await outbox.publish(client, 'x', {});
+      await client.query('rollback');
+    } finally {
+      client.release();
+    }
+    expect(await rowCount()).toBe(0);
+  });
+
   it('rejects bad options at startup, naming them', async () => {
     await expect(start({ batchSize: 0, relay: true })).rejects.toThrow(/outbox\.relay\.batchSize/);
     await expect(
