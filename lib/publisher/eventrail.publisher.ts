@@ -18,6 +18,7 @@ import { validateEventName, validateHeaders, validateJsonData } from '../events/
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
+import { CallOrder } from './call-order';
 import { corkedWrite } from '../redis/corked-write';
 import { sendLean, sendLeanScript } from '../redis/lean-command';
 import { isRefusal } from '../redis/server-probe';
@@ -104,6 +105,8 @@ export class EventrailPublisher {
   /** Whether the appendMany script runs here, once known (see `appendManyWorks`). */
   private appendManyOk?: boolean;
   private appendManyAsked?: Promise<void>;
+  /** Holds calls behind earlier ones still waiting for an asynchronous schema, so all leave in call order. */
+  private readonly order = new CallOrder();
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -129,8 +132,9 @@ export class EventrailPublisher {
     try {
       // A definition's schema checks the data first (awaited only when the schema is asynchronous).
       const named = publishedEventName(definitionOrName, data);
-      if (typeof named !== 'string') return named.then((event) => this.publishNamed(event, data, options));
-      return this.publishNamed(named, data, options);
+      if (typeof named === 'string' && !this.order.waiting) return this.publishNamed(named, data, options);
+      // Its place in the append order is taken now, in call order, whenever its check answers.
+      return this.order.hold(named, (event) => this.publishNamed(event, data, options));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -186,7 +190,16 @@ export class EventrailPublisher {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     // Every definition's schema checks its data before anything is prepared or sent.
     const named = publishedEventNames(events);
-    const names = Array.isArray(named) ? named : await named;
+    if (Array.isArray(named) && !this.order.waiting) return this.publishChecked(events, named, options);
+    // Its place in the append order is taken now, in call order, whenever its checks answer.
+    return this.order.hold(named, (names) => this.publishChecked(events, names, options));
+  }
+
+  private async publishChecked(
+    events: ReadonlyArray<PublishInput>,
+    names: string[],
+    options: { durability?: Durability },
+  ): Promise<PublishResult[]> {
     const now = Date.now();
     const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now));
     const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
