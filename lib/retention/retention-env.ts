@@ -31,6 +31,12 @@ const STREAM_MODES = ['maxlen', 'minid', 'age', 'both', 'none'];
  *
  * A value that cannot be read throws `InvalidOptionError` naming the variable.
  */
+/** What to set for an archive, in the words of the variables: for errors of tools that need one (the CLI's archive commands). */
+export const ARCHIVE_VARIABLES =
+  'RETENTION_ARCHIVE_DRIVER=fs and RETENTION_ARCHIVE_DIR=<directory>, or RETENTION_ARCHIVE_DRIVER=s3 and ' +
+  'RETENTION_S3_BUCKET=<bucket> (with RETENTION_S3_REGION, RETENTION_S3_ENDPOINT, RETENTION_S3_PREFIX, ' +
+  'RETENTION_S3_ACCESS_KEY_ID and RETENTION_S3_SECRET_ACCESS_KEY as needed)';
+
 export function retentionOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): RetentionOptions {
   const read = (name: string): string | undefined => {
     const value = env[name]?.trim();

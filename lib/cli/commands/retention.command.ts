@@ -1,15 +1,16 @@
 import type { Command } from 'commander';
 import type { RetentionOptions } from '../../retention/retention.options';
-import { retentionOptionsFromEnv } from '../../retention/retention-env';
+import { ARCHIVE_VARIABLES, retentionOptionsFromEnv } from '../../retention/retention-env';
+import { InvalidOptionError } from '../../errors/invalid-option.error';
 import type { RetentionRunResult } from '../../admin/operations.types';
-import { parseNonNegative } from '../argument.parser';
-import type { CliRunner } from '../cli.runner';
-import { ExitCode } from '../exit-code';
-import { assertConfirmable, confirm } from '../confirm.prompt';
+import { parseNonNegative } from '../runtime/argument.parser';
+import type { CliRunner } from '../runtime/cli.runner';
+import { ExitCode } from '../runtime/exit-code';
+import { assertConfirmable, confirm } from '../runtime/confirm.prompt';
 import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
-import { CONFIRMATION_NOTE, examples } from '../help.text';
-import { formatTable } from '../table.formatter';
-import { formatDuration, formatList, NONE } from '../value.format';
+import { CONFIRMATION_NOTE, examples } from '../runtime/help.text';
+import { formatTable } from '../runtime/table.formatter';
+import { formatDuration, formatList, NONE } from '../runtime/value.format';
 
 const UNARCHIVED_NOTE =
   'Without RETENTION_ARCHIVE_*, on a log that an instance archives, only entries the archive already has are\n' +
@@ -74,10 +75,24 @@ export function registerRetentionCommands(program: Command, runner: CliRunner): 
     .command('archives')
     .description('archive objects written by retention (needs RETENTION_ARCHIVE_* settings)')
     .option('--partition <n>', 'only this partition', parseNonNegative)
-    .addHelpText('after', examples(['RETENTION_ARCHIVE_DIR=/var/lib/eventrail eventrail retention archives --partition 0']) + ENV_NOTE)
+    .addHelpText(
+      'after',
+      examples(['RETENTION_ARCHIVE_DRIVER=fs RETENTION_ARCHIVE_DIR=/var/lib/eventrail eventrail retention archives --partition 0']) +
+        ENV_NOTE,
+    )
     .action(
       runner.action<{ partition?: number }>(async (ctx, _args, { partition }) => {
-        const { admin } = await ctx.open({ retention: { ...retentionOptionsFromEnv(), enabled: false } });
+        const fromEnv = retentionOptionsFromEnv();
+        // Checked before connecting, so the message says which variables to set rather than which option is missing.
+        if (!fromEnv.archive) {
+          throw new InvalidOptionError(
+            'RETENTION_ARCHIVE_DRIVER',
+            undefined,
+            `an archive to list: set ${ARCHIVE_VARIABLES}`,
+            'no archive variables',
+          );
+        }
+        const { admin } = await ctx.open({ retention: { ...fromEnv, enabled: false } });
         const archives = await admin.listArchives(partition === undefined ? {} : { partition });
         ctx.output.result(archives, () =>
           archives.length === 0

@@ -80,7 +80,7 @@ export class BatchProcessor {
       }
       // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
       const schema = this.tools.schemaOf(entries[index]);
-      const checked = schema ? await validatedPayload(schema, entries[index].event, payload) : payload;
+      const checked = schema ? await validatedPayload(schema, entries[index].event, payload, this.options.handlerTimeoutMs) : payload;
       if (checked instanceof EventValidationError) {
         outcomes[index] = await this.tools.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
         continue;

@@ -127,7 +127,7 @@ export class MessageProcessor implements DeliveryTools {
     partition: number,
     stop: StopSignal,
   ): Promise<Outcome> {
-    const checked = await validatedPayload(schema, entry.event, payload);
+    const checked = await validatedPayload(schema, entry.event, payload, this.options.handlerTimeoutMs);
     if (checked instanceof EventValidationError) return this.giveUp(entry, partition, 'invalid', checked, 0, new Date());
     return this.attempt(entry, checked, handlers, partition, stop);
   }
