@@ -35,7 +35,7 @@ export type { BatchOptions, OnEventGroupOptions } from './decorators/on-event.de
 export type { BatchResult } from './consumer/handling/batch-result';
 export { EventrailConsumers, DEFAULT_SETTLE_TIMEOUT_MS } from './consumer/lifecycle/eventrail-consumers';
 export type { SettleOptions } from './consumer/lifecycle/eventrail-consumers';
-export type { GroupStats } from './consumer/lifecycle/group-stats';
+export type { GroupStats } from './consumer/pipeline/group-stats';
 export type { DeadLetter, GiveUpReason } from './wire/dead-letter.codec';
 
 // Operating the log: admin, retention, metrics hooks

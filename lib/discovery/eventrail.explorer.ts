@@ -2,7 +2,7 @@ import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { EventrailConsumers } from '../consumer/lifecycle/eventrail-consumers';
-import type { GroupPlan, HandlerBinding } from '../consumer/lifecycle/group-plan';
+import type { GroupPlan, HandlerBinding } from '../consumer/handling/group-plan';
 import { batchBinding } from '../consumer/handling/batch-binding';
 import type { OnEventDeclaration } from '../decorators/on-event.decorator';
 import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../config/eventrail.constants';

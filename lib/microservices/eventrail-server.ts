@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { EventrailConsumers } from '../consumer/lifecycle/eventrail-consumers';
-import type { HandlerBinding } from '../consumer/lifecycle/group-plan';
+import type { HandlerBinding } from '../consumer/handling/group-plan';
 import type { EventrailMessage } from '../events/eventrail-message';
 import type { ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailError } from '../errors/eventrail.error';

@@ -8,7 +8,7 @@ import { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
 import { redactUrlsIn } from '../util/redact-url';
 import type { ArchiveSink } from './archive/archive-sink';
-import { createArchiveSink } from './archive/create-archive-sink';
+import { createArchiveSink } from './create-archive-sink';
 import { ArchiveRestorer } from './archive-restorer';
 import { RetentionCycle } from './retention-cycle';
 import { RetentionLock } from './retention-lock';

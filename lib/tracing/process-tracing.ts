@@ -1,12 +1,27 @@
 import type { Context, Link, Span } from '@opentelemetry/api';
-import type { FailedMessageSink } from '../consumer/handling/failed-message';
-import type { HandlerBinding, HandlerMap } from '../consumer/lifecycle/group-plan';
 import type { EventrailMessage } from '../events/eventrail-message';
+import type { DeadLetterRecord } from '../wire/dead-letter.codec';
 import { isMalformed } from '../wire/codec';
 import { describeError, isError } from '../util/describe-error';
 import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
 import { parseHeaders, producerContext, REPLAY_HEADER } from '../redelivery/redelivery-tracing';
 import type { ResolvedTracingOptions } from './tracing.options';
+
+/**
+ * What tracing needs of a handler binding. Declared here, not imported from
+ * the consumer, because the consumer imports tracing: the consumer's bindings
+ * fit it as they are.
+ */
+export interface TracedHandler {
+  /** `ClassName.method`, recorded as the span's `code.function.name`. */
+  name: string;
+  call: (message: EventrailMessage) => unknown;
+}
+
+/** Where given-up messages go (the consumer's dead-letter sink fits it). */
+export interface DeadLetterSinkLike {
+  accept(failed: DeadLetterRecord): Promise<void>;
+}
 
 export interface ProcessTracingConfig {
   prefix: string;
@@ -20,10 +35,14 @@ export interface ProcessTracingConfig {
  * span while the handler runs, so the handler's own spans are its children.
  * The handlers as they are when tracing is off or OpenTelemetry is absent.
  */
-export function traceHandlers(config: ProcessTracingConfig, group: string, handlers: HandlerMap): HandlerMap {
+export function traceHandlers<H extends TracedHandler>(
+  config: ProcessTracingConfig,
+  group: string,
+  handlers: ReadonlyMap<string, readonly H[]>,
+): ReadonlyMap<string, readonly H[]> {
   const api = config.tracing.enabled ? openTelemetry() : undefined;
   if (!api) return handlers;
-  const traced = new Map<string, HandlerBinding[]>();
+  const traced = new Map<string, H[]>();
   for (const [event, bindings] of handlers) {
     traced.set(
       event,
@@ -46,7 +65,7 @@ export function traceHandlers(config: ProcessTracingConfig, group: string, handl
  * `dead-letter <event>` (placed like the attempts' spans) with an
  * `eventrail.dead_letter` event: why, after how many attempts, the error.
  */
-export function traceDeadLetters(config: ProcessTracingConfig, sink: FailedMessageSink): FailedMessageSink {
+export function traceDeadLetters(config: ProcessTracingConfig, sink: DeadLetterSinkLike): DeadLetterSinkLike {
   const api = config.tracing.enabled ? openTelemetry() : undefined;
   if (!api) return sink;
   return {
@@ -91,7 +110,7 @@ function runTraced(
   api: OpenTelemetry,
   config: ProcessTracingConfig,
   group: string,
-  binding: HandlerBinding,
+  binding: TracedHandler,
   message: EventrailMessage,
 ): unknown {
   const { parent, links } = placement(api, config, message.headers);

@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
+import { groupWants, NO_WANTS, type GroupWants } from './group-wants';
 
 /** Who a worker is, in every group it joins. */
 export interface WorkerIdentity {
@@ -16,6 +17,8 @@ export interface MemberInfo {
   pid?: number;
   startedAt?: number;
   heartbeatTtlMs?: number;
+  /** The event types it handles in this group: the group wants the union over its live members (see `groupWants`). */
+  events?: string[];
 }
 
 /**
@@ -35,8 +38,10 @@ export interface MemberInfo {
  * and the events it handles are registered again.
  */
 export class GroupMembership {
-  private readonly info: string;
+  private info: string;
   private events: string[] = [];
+  /** What the live members want, as of the last heartbeat. */
+  wants: GroupWants = NO_WANTS;
   /** The group's generation as the last heartbeat saw it; stamped on the partitions this worker acquires. */
   generation?: string;
 
@@ -54,24 +59,37 @@ export class GroupMembership {
   /**
    * Heartbeats first (a group listed without a last-seen time could look
    * stale to retention and pruning), then registers the group and the events
-   * it handles for the admin API. Returns the live members.
+   * it handles for the admin API. Returns the live members that may work
+   * partitions: those that handle every type the group's live members want.
    */
   async join(events: Iterable<string>): Promise<string[]> {
     const { keys, client } = this.redis;
-    this.events = [...events];
-    const members = await this.beat();
+    this.events = [...events].sort();
+    this.info = JSON.stringify({ ...parseMemberInfo(this.info), events: this.events });
+    // Sent right after the heartbeat on the same connection: the details of exactly the live members.
+    const [members, details] = await Promise.all([this.beat(), client.hgetall(keys.memberInfo(this.group))]);
     await Promise.all([client.sadd(keys.groups, this.group), this.registerEvents()]);
-    return members;
+    return this.weigh(members, details);
   }
 
   /**
    * Records that this worker is alive and that the group exists, forgets
-   * expired members, and returns the live ones, sorted.
+   * expired members, and returns the live ones that may work partitions
+   * (see `join`), sorted.
    */
   async heartbeat(): Promise<string[]> {
     const { keys, client } = this.redis;
-    const [members] = await Promise.all([this.beat(), client.sadd(keys.groups, this.group)]);
-    return members;
+    const [members, , details] = await Promise.all([
+      this.beat(),
+      client.sadd(keys.groups, this.group),
+      client.hgetall(keys.memberInfo(this.group)),
+    ]);
+    return this.weigh(members, details);
+  }
+
+  private weigh(members: string[], details: Record<string, string>): string[] {
+    this.wants = groupWants(members, details, this.worker.id, new Set(this.events));
+    return this.wants.able;
   }
 
   private async beat(): Promise<string[]> {

@@ -2,9 +2,12 @@ import { Logger } from '@nestjs/common';
 import type { MalformedEntry, RawEntry } from '../../wire/codec';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
-import type { GroupStats } from '../lifecycle/group-stats';
 import type { PartitionLease } from './lease';
-import type { MessageProcessor } from '../handling/message-processor';
+
+/** Where an entry that crashed the process too often goes: the group's handling dead-letters it unhandled. */
+export interface CrashLoopSink {
+  giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<unknown>;
+}
 
 /** What to do with the entry after the committed offset while recovering. */
 export type DeliveryVerdict = 'handle' | 'dead-lettered' | 'retry';
@@ -26,8 +29,9 @@ export class RecoveryWindow {
     private remaining: number,
     private readonly lease: PartitionLease,
     private readonly maxDeliveries: number,
-    private readonly processor: MessageProcessor,
-    private readonly stats: GroupStats,
+    private readonly sink: CrashLoopSink,
+    /** The group's counters (`GroupStats`): a crash-looping entry counts as dead-lettered. */
+    private readonly stats: { deadLettered: number },
   ) {}
 
   get active(): boolean {
@@ -53,7 +57,7 @@ export class RecoveryWindow {
     try {
       const deliveries = await this.lease.countDelivery(entry.offset);
       if (deliveries < this.maxDeliveries) return 'handle';
-      await this.processor.giveUpCrashLoop(entry, this.lease.partition, deliveries);
+      await this.sink.giveUpCrashLoop(entry, this.lease.partition, deliveries);
       this.stats.deadLettered++;
       return 'dead-lettered';
     } catch (error) {

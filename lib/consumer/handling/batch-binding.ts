@@ -1,7 +1,7 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
 import { reportedFailures } from './batch-result';
-import type { HandlerBinding, ResolvedBatchOptions } from '../lifecycle/group-plan';
+import type { HandlerBinding, ResolvedBatchOptions } from './group-plan';
 
 /**
  * The binding of a batch handler. `batch.call` takes the whole batch; `call`

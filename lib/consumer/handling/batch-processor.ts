@@ -1,39 +1,15 @@
-import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
 import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
 import { EventValidationError } from '../../errors/event-validation.error';
-import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
-import type { MalformedEntry, RawEntry } from '../../wire/codec';
-import type { GiveUpReason } from '../../wire/dead-letter.codec';
+import type { RawEntry } from '../../wire/codec';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
-import { withTimeout } from '../../util/timeout';
 import { reportedFailures } from './batch-result';
-import type { BatchBinding } from '../lifecycle/group-plan';
-import type { Payload } from './message-processor';
+import type { Delivery, Payload } from './delivery';
+import type { BatchBinding } from './group-plan';
 import { ABANDONED, HANDLED, type Outcome } from './outcome';
 import { validatedPayload } from './event-validation';
 import { retryVerdict } from './retry-policy';
 import type { StopSignal } from '../../util/stop-signal';
-
-/** What the batch path borrows from `MessageProcessor`, so that both build messages, wait and give up the same way. */
-export interface DeliveryTools {
-  decode(entry: RawEntry): Payload;
-  /** The schema of the entry's event in the group (a batch handler taking several events may have one per event). */
-  schemaOf(entry: RawEntry): StandardSchemaV1 | undefined;
-  message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage;
-  pause(stop: StopSignal, ms: number): Promise<boolean>;
-  failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date>;
-  warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void;
-  giveUp(
-    entry: RawEntry | MalformedEntry,
-    partition: number,
-    reason: GiveUpReason,
-    error: unknown,
-    attempts: number,
-    firstFailedAt: Date,
-    lastFailedAt?: Date,
-  ): Promise<Outcome>;
-}
 
 /** An entry of the batch with its decoded payload and where its outcome goes. */
 interface Member {
@@ -64,7 +40,7 @@ export class BatchProcessor {
     private readonly group: string,
     private readonly options: ResolvedConsumerOptions,
     private readonly metrics: MetricsHooks,
-    private readonly tools: DeliveryTools,
+    private readonly delivery: Delivery,
   ) {}
 
   async process(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
@@ -73,16 +49,16 @@ export class BatchProcessor {
     for (let index = 0; index < entries.length; index++) {
       let payload: Payload;
       try {
-        payload = this.tools.decode(entries[index]);
+        payload = this.delivery.decode(entries[index]);
       } catch (error) {
-        outcomes[index] = await this.tools.giveUp(entries[index], partition, 'malformed', error, 0, new Date());
+        outcomes[index] = await this.delivery.giveUp(entries[index], partition, 'malformed', error, 0, new Date());
         continue;
       }
       // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
-      const schema = this.tools.schemaOf(entries[index]);
+      const schema = this.delivery.schemaOf(entries[index]);
       const checked = schema ? await validatedPayload(schema, entries[index].event, payload, this.options.handlerTimeoutMs) : payload;
       if (checked instanceof EventValidationError) {
-        outcomes[index] = await this.tools.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
+        outcomes[index] = await this.delivery.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
         continue;
       }
       members.push({ index, entry: entries[index], payload: checked });
@@ -101,7 +77,7 @@ export class BatchProcessor {
     let firstFailedAt: Date | undefined;
     for (let attempt = 1; ; attempt++) {
       if (stop.stopped) return;
-      const messages = members.map((m) => this.tools.message(m.entry, m.payload, partition, attempt));
+      const messages = members.map((m) => this.delivery.message(m.entry, m.payload, partition, attempt));
       let failures: Map<number, unknown>;
       try {
         failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
@@ -109,7 +85,7 @@ export class BatchProcessor {
         const now = new Date();
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
         // Remembered under the batch's first entry: a batch after a restart starts at the same one.
-        firstFailedAt ??= await this.tools.failingSince(members[0].entry, partition, now, error);
+        firstFailedAt ??= await this.delivery.failingSince(members[0].entry, partition, now, error);
         const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
         if ('giveUp' in verdict) {
           // Split: each message alone, at once, with what is left of the budget.
@@ -120,8 +96,8 @@ export class BatchProcessor {
           }));
           return;
         }
-        this.tools.warnRetry(members[0].entry, partition, attempt, verdict.retryInMs, error, members.length);
-        if (await this.tools.pause(stop, verdict.retryInMs)) return;
+        this.delivery.warnRetry(members[0].entry, partition, attempt, verdict.retryInMs, error, members.length);
+        if (await this.delivery.pause(stop, verdict.retryInMs)) return;
         continue;
       }
       const failedAt = new Date();
@@ -134,7 +110,7 @@ export class BatchProcessor {
       await this.each(pending, partition, binding, stop, outcomes, async (member) => {
         const error = failures.get(members.indexOf(member));
         // Each reported message fails on its own from here: remembered under its own offset.
-        const since = firstFailedAt ?? (await this.tools.failingSince(member.entry, partition, failedAt, error));
+        const since = firstFailedAt ?? (await this.delivery.failingSince(member.entry, partition, failedAt, error));
         return { attempt, firstFailedAt: since, error, hasError: true };
       });
       return;
@@ -164,13 +140,13 @@ export class BatchProcessor {
         const now = new Date();
         const verdict = retryVerdict(this.options, attempt, error, start.firstFailedAt.getTime(), now.getTime());
         if ('giveUp' in verdict)
-          return this.tools.giveUp(member.entry, partition, verdict.giveUp, error, attempt, start.firstFailedAt, now);
-        this.tools.warnRetry(member.entry, partition, attempt, verdict.retryInMs, error);
-        if (await this.tools.pause(stop, verdict.retryInMs)) return ABANDONED;
+          return this.delivery.giveUp(member.entry, partition, verdict.giveUp, error, attempt, start.firstFailedAt, now);
+        this.delivery.warnRetry(member.entry, partition, attempt, verdict.retryInMs, error);
+        if (await this.delivery.pause(stop, verdict.retryInMs)) return ABANDONED;
         attempt++;
       }
       if (stop.stopped) return ABANDONED;
-      const messages = [this.tools.message(member.entry, member.payload, partition, attempt)];
+      const messages = [this.delivery.message(member.entry, member.payload, partition, attempt)];
       try {
         const failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
         if (failures.size === 0) return HANDLED;
@@ -184,15 +160,7 @@ export class BatchProcessor {
   }
 
   /** Calls the batch handler, failing the attempt with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
-  private async call(binding: BatchBinding, messages: EventrailMessage[]): Promise<unknown> {
-    const timeoutMs = this.options.handlerTimeoutMs;
-    if (timeoutMs <= 0) return binding.call(messages);
-    return withTimeout(
-      Promise.resolve().then(() => binding.call(messages)),
-      timeoutMs,
-      () => {
-        throw new HandlerTimeoutError(binding.name, timeoutMs);
-      },
-    );
+  private call(binding: BatchBinding, messages: EventrailMessage[]): Promise<unknown> {
+    return this.delivery.timed(binding.name, () => binding.call(messages));
   }
 }

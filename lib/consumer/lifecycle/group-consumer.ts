@@ -5,9 +5,9 @@ import { readLag } from '../coordination/lag';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
-import { newGroupStats } from './group-stats';
+import { newGroupStats } from '../pipeline/group-stats';
 import type { FailedMessageSink } from '../handling/failed-message';
-import type { HandlerMap } from './group-plan';
+import type { HandlerMap } from '../handling/group-plan';
 import { AcquiredLease, PartitionLease } from '../coordination/lease';
 import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
@@ -47,6 +47,8 @@ export class GroupConsumer {
     () => this.running,
   );
   private tickFailing = false;
+  /** The wanted types this worker lacked when it last said so ('' for none). */
+  private lacking = '';
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
 
   constructor(
@@ -194,6 +196,9 @@ export class GroupConsumer {
     const candidates = order.filter((p) => !this.workers.has(p));
     while (missing > 0 && candidates.length > 0 && this.running) {
       const attempt = candidates.splice(0, missing);
+    // Live members want events this worker cannot handle: it must not commit past them, so it works nothing.
+    if (this.membership.wants.lacking.length > 0) return this.yieldAll(this.membership.wants.lacking);
+    this.reportLacking([]);
       const acquired = await PartitionLease.acquire(
         this.redis,
         this.name,
@@ -230,6 +235,33 @@ export class GroupConsumer {
     this.workers.set(partition, worker);
     worker.start((ended) => this.onWorkerEnd(ended));
     this.metrics.emit('onLeaseAcquired', this.name, partition);
+  /** Hands back every partition this worker works, because it lacks handlers for `lacking`, which live members want. */
+  private async yieldAll(lacking: string[]): Promise<void> {
+    this.reportLacking(lacking);
+    const owned = this.activeWorkers();
+    if (owned.length === 0) return;
+    await Promise.all(owned.map((w) => w.stopGracefully(this.options.shutdownTimeoutMs, true)));
+    await this.announce(this.name);
+  }
+
+  /** Says at warn, once per change, which wanted types this worker lacks (and at log when it lacks none again). */
+  private reportLacking(lacking: string[]): void {
+    const text = lacking.join(', ');
+    if (text === this.lacking) return;
+    const before = this.lacking;
+    this.lacking = text;
+    if (text === '') {
+      const msg = `Group "${this.name}": this worker handles every event type its live members want again (it lacked ${before}); it takes partitions again`;
+      this.logger.log(logRecord(msg, { group: this.name }));
+      return;
+    }
+    const msg =
+      `Group "${this.name}": live members of this group handle ${text}, which this worker has no handler for; ` +
+      'it works no partition (so none is committed past those events) until every member that wants them is gone. ' +
+      'Expected during a rolling deploy that adds a handler; otherwise give the workers of one group the same handlers.';
+    this.logger.warn(logRecord(msg, { group: this.name, lacking }));
+  }
+
     const how = recovering ? ' from a worker that did not release it (recovering one entry at a time)' : '';
     const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
     this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering }));

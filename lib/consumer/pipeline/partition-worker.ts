@@ -9,9 +9,9 @@ import type { EventrailRedis } from '../../redis/eventrail-redis';
 import { describeError, errorStack } from '../../util/describe-error';
 import { logRecord, type LogFields, type LogRecord } from '../../util/log-record';
 import { withTimeout } from '../../util/timeout';
-import { BatchContext, BatchRun } from './batch-run';
+import { Fetch, type FetchContext } from './fetch';
 import { CommitQueue } from './commit-queue';
-import type { GroupStats } from '../lifecycle/group-stats';
+import type { GroupStats } from './group-stats';
 import type { PartitionLease } from '../coordination/lease';
 import type { MessageProcessor } from '../handling/message-processor';
 import { PartitionReader } from './partition-reader';
@@ -58,22 +58,22 @@ export interface PartitionWorkerParams {
 }
 
 /**
- * Works one (group, partition) while this process holds its lease: reads a
- * batch from the committed offset on its own blocking connection, prefetches
- * the next batch while handling this one, and commits once per batch through
+ * Works one (group, partition) while this process holds its lease: fetches
+ * entries from the committed offset on its own blocking connection, prefetches
+ * the next fetch while handling this one, and commits once per fetch through
  * the fenced commit script. Loses the partition at once when a commit or a
  * renewal finds the lease taken over.
  */
 export class PartitionWorker {
   private readonly logger = new Logger(PartitionWorker.name);
-  /** Stops the batch: fired on stop or fencing, and halted while the lease may have expired unheard of. */
+  /** Stops the fetch in hand: fired on stop or fencing, and halted while the lease may have expired unheard of. */
   private readonly stop: StopSignal;
   private readonly streamKey: string;
   /** What the derived event ids of this partition's entries are made of. */
   private readonly origin: EntryOrigin;
   private readonly recovery: RecoveryWindow;
   private connection?: Redis | Cluster;
-  private current?: BatchRun;
+  private current?: Fetch;
   private committed: string;
   /** Where the next read starts: the last entry taken on. */
   private cursor: string;
@@ -96,7 +96,7 @@ export class PartitionWorker {
    * one before (docs/performance.md, "the tail").
    */
   private wake?: (entries: Entry[]) => void;
-  private readonly batchContext: BatchContext;
+  private readonly fetchContext: FetchContext;
   /** Entries per read: the group's `batchSize`, or its largest batch handler's `maxSize` when that is more. */
   private readonly readSize: number;
   /** Counts what each commit moves over, for the offset's lag position. */
@@ -112,7 +112,7 @@ export class PartitionWorker {
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
-    this.batchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
+    this.fetchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
   }
 
   get partition(): number {
@@ -272,9 +272,9 @@ export class PartitionWorker {
     return all;
   }
 
-  /** Recovery check, idempotency lookup, then the batch itself; without either, straight to the batch (no extra async frame). */
+  /** Recovery check, idempotency lookup, then the fetch itself; without either, straight to the fetch (no extra async frame). */
   private takeOn(entries: Entry[]): Promise<Step> {
-    if (!this.recovery.active && !this.params.options.enableIdempotency) return this.runBatch(new BatchRun(entries, this.batchContext));
+    if (!this.recovery.active && !this.params.options.enableIdempotency) return this.runFetch(new Fetch(entries, this.fetchContext));
     return this.takeOnChecked(entries);
   }
 
@@ -291,34 +291,34 @@ export class PartitionWorker {
       this.logger.warn(this.record(`idempotency check failed (${describeError(error)}); retrying`));
       return this.retryRead();
     }
-    return this.runBatch(new BatchRun(entries, this.batchContext, alreadyDone));
+    return this.runFetch(new Fetch(entries, this.fetchContext, alreadyDone));
   }
 
-  private async runBatch(batch: BatchRun): Promise<Step> {
-    this.current = batch;
-    const batchStart = this.cursor;
-    this.tally.took(batchStart, batch.entries);
+  private async runFetch(fetched: Fetch): Promise<Step> {
+    this.current = fetched;
+    const fetchStart = this.cursor;
+    this.tally.took(fetchStart, fetched.entries);
     const recovering = this.recovery.active;
-    this.recovery.consume(batch.entries.length);
-    this.cursor = batch.lastOffset;
-    // The next read travels while this batch is handled. A batch of one entry (a consumer keeping up at a
-    // low rate) starts its handler first, so the read's syscall is not on the way to it; a longer batch
-    // sends the read first, since synchronous handlers would run the whole batch before it left.
+    this.recovery.consume(fetched.entries.length);
+    this.cursor = fetched.lastOffset;
+    // The next read travels while this fetch is handled. A fetch of one entry (a consumer keeping up at a
+    // low rate) starts its handler first, so the read's syscall is not on the way to it; a longer fetch
+    // sends the read first, since synchronous handlers would run the whole fetch before it left.
     let running: Promise<void>;
-    if (batch.entries.length === 1) {
-      running = batch.run(this.params.options.concurrency);
+    if (fetched.entries.length === 1) {
+      running = fetched.run(this.params.options.concurrency);
       this.readFrom(this.cursor);
     } else {
       this.readFrom(this.cursor);
-      running = batch.run(this.params.options.concurrency);
+      running = fetched.run(this.params.options.concurrency);
     }
     await running;
     if (this.draining) return 'end'; // the stopper commits the low watermark
-    const mark = batch.watermark();
-    const committing = this.commitPipelined(mark, batch.handledIds, recovering);
+    const mark = fetched.watermark();
+    const committing = this.commitPipelined(mark, fetched.handledIds, recovering);
     if (!(committing === true || (committing !== false && (await committing)))) return 'end';
     this.current = undefined;
-    return batch.complete ? 'continue' : this.restartAt(mark ?? batchStart);
+    return fetched.complete ? 'continue' : this.restartAt(mark ?? fetchStart);
   }
 
   /**

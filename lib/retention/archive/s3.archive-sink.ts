@@ -2,11 +2,22 @@ import { createHash } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { importOptionalPeer } from '../../util/optional-peer';
 import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
-import type { ResolvedArchiveOptions } from '../retention.options';
 import type { ArchiveSink } from './archive-sink';
 
 type S3Sdk = typeof import('@aws-sdk/client-s3');
-type S3Options = Extract<ResolvedArchiveOptions, { driver: 's3' }>;
+/**
+ * Where and how the sink writes: `retention.archive` with driver `'s3'` once
+ * resolved. Declared here so that the archive needs nothing of retention
+ * (retention's resolved options fit it as they are).
+ */
+export interface S3Options {
+  bucket: string;
+  prefix: string;
+  region: string;
+  endpoint: string | undefined;
+  credentials: { accessKeyId: string; secretAccessKey: string; sessionToken?: string } | undefined;
+  forcePathStyle: boolean;
+}
 
 /**
  * Archives to S3 or an S3-compatible store. `@aws-sdk/client-s3` is an

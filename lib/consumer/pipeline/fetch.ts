@@ -1,10 +1,11 @@
 import { Logger } from '@nestjs/common';
 import { isMalformed, MalformedEntry, RawEntry } from '../../wire/codec';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
-import type { GroupStats } from '../lifecycle/group-stats';
+import type { GroupStats } from './group-stats';
 import { formUnits, type Route, type Unit } from '../handling/batch-units';
-import type { BatchBinding } from '../lifecycle/group-plan';
-import { HANDLED, MessageProcessor, Outcome } from '../handling/message-processor';
+import type { BatchBinding } from '../handling/group-plan';
+import type { MessageProcessor } from '../handling/message-processor';
+import { HANDLED, type Outcome } from '../handling/outcome';
 import type { Semaphore } from '../../util/semaphore';
 import type { StopSignal } from '../../util/stop-signal';
 import { describeError, errorStack } from '../../util/describe-error';
@@ -14,7 +15,8 @@ type Entry = RawEntry | MalformedEntry;
 
 const NO_IDS: readonly string[] = Object.freeze([]);
 
-export interface BatchContext {
+/** What every fetch of one partition worker shares. */
+export interface FetchContext {
   partition: number;
   processor: MessageProcessor;
   semaphore: Semaphore;
@@ -25,34 +27,35 @@ export interface BatchContext {
 }
 
 /**
- * Handles one fetched batch of a partition. Entries with the same key (and all
+ * Handles one fetch: the entries one read brought from a partition. Entries with the same key (and all
  * keyless entries) run one after another in stream order; different keys run
  * side by side up to the group's concurrency. A done flag per entry gives the
  * low watermark: the offset before the first entry not yet done, which is what
- * may be committed when a stop cuts the batch short.
+ * may be committed when a stop cuts the fetch short. (A batch handler's
+ * batches form within a fetch: see `runUnits`.)
  */
-export class BatchRun {
-  private static readonly logger = new Logger(BatchRun.name);
+export class Fetch {
+  private static readonly logger = new Logger(Fetch.name);
   private readonly done: Uint8Array;
   private firstPending = 0;
-  /** Event ids handled in this batch, for the idempotency done-marks. */
+  /** Event ids handled in this fetch, for the idempotency done-marks. */
   private handled?: string[];
 
   constructor(
     readonly entries: readonly Entry[],
-    /** Shared by every batch of the worker: not copied per batch. */
-    private readonly context: BatchContext,
+    /** Shared by every fetch of the worker: not copied per fetch. */
+    private readonly context: FetchContext,
     /**
-     * With idempotency on: ids already recorded as done (checked once per batch).
+     * With idempotency on: ids already recorded as done (checked once per fetch).
      * Entries with these ids, or with the id of an entry handled earlier in this
-     * batch, are skipped; handled ids are collected for the done-marks.
+     * fetch, are skipped; handled ids are collected for the done-marks.
      */
     private readonly alreadyDone?: Set<string>,
   ) {
     this.done = new Uint8Array(entries.length);
   }
 
-  /** Event ids handled in this batch, for the idempotency done-marks (none without idempotency). */
+  /** Event ids handled in this fetch, for the idempotency done-marks (none without idempotency). */
   get handledIds(): readonly string[] {
     return this.handled ?? NO_IDS;
   }
@@ -103,7 +106,7 @@ export class BatchRun {
     await Promise.all(tasks);
   }
 
-  /** How each entry runs; entries passed over, and duplicates known before the batch, are done here. */
+  /** How each entry runs; entries passed over, and duplicates known before the fetch, are done here. */
   private routes(): Array<Route<BatchBinding>> {
     const { processor } = this.context;
     const { alreadyDone } = this;
@@ -271,7 +274,7 @@ export class BatchRun {
   private reportFailure(index: number, error: unknown): void {
     const entry = this.entries[index];
     const { group, partition } = this.context;
-    BatchRun.logger.error(
+    Fetch.logger.error(
       logRecord(`Could not finish entry ${entry.offset} of group "${group}" partition ${partition}: ${describeError(error)}`, {
         group,
         partition,

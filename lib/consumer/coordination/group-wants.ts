@@ -1,0 +1,42 @@
+import { parseMemberInfo } from './membership';
+
+/** What the live members of a group want, as their heartbeats registered it. */
+export interface GroupWants {
+  /** Event types some live member has a handler for, sorted. */
+  wanted: string[];
+  /** Live members that handle every wanted type, sorted: only they may work the group's partitions. */
+  able: string[];
+  /** Wanted types this worker has no handler for, sorted; empty when it is able. */
+  lacking: string[];
+}
+
+export const NO_WANTS: GroupWants = { wanted: [], able: [], lacking: [] };
+
+/**
+ * During a rolling deploy the members of a group run different code: one has
+ * a handler the other lacks. A worker that lacks a wanted type would commit
+ * its partitions past those events, so only members that handle the union
+ * of the live members' types count as able. Details without an event list (a
+ * member of an older version) add nothing and count as able: what they
+ * handle is unknown. `self` is judged by `own`, what it handles here.
+ */
+export function groupWants(live: readonly string[], details: Record<string, string>, self: string, own: ReadonlySet<string>): GroupWants {
+  const handles = new Map<string, ReadonlySet<string> | undefined>();
+  const wanted = new Set<string>(own);
+  for (const member of live) {
+    const events = member === self ? own : eventsOf(details[member]);
+    handles.set(member, events);
+    events?.forEach((event) => wanted.add(event));
+  }
+  const all = [...wanted].sort();
+  const able = live.filter((member) => {
+    const events = handles.get(member);
+    return events === undefined || all.every((event) => events.has(event));
+  });
+  return { wanted: all, able: [...able].sort(), lacking: all.filter((event) => !own.has(event)) };
+}
+
+function eventsOf(json: string | undefined): ReadonlySet<string> | undefined {
+  const { events } = parseMemberInfo(json);
+  return Array.isArray(events) && events.every((e) => typeof e === 'string') ? new Set(events) : undefined;
+}

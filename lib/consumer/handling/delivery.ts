@@ -1,0 +1,145 @@
+import { Logger } from '@nestjs/common';
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import type { EventrailMessage } from '../../events/eventrail-message';
+import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
+import { NonRetryableError } from '../../errors/non-retryable.error';
+import { decodePayload, type MalformedEntry, type RawEntry } from '../../wire/codec';
+import type { GiveUpReason } from '../../wire/dead-letter.codec';
+import { escapeControls } from '../../util/control-chars';
+import { describeThrown, isInstanceOf } from '../../util/describe-error';
+import { logRecord } from '../../util/log-record';
+import type { Semaphore } from '../../util/semaphore';
+import type { StopSignal } from '../../util/stop-signal';
+import { withTimeout } from '../../util/timeout';
+import type { FailureMemory } from '../coordination/failure-memory';
+import type { FailedMessageSink } from './failed-message';
+import type { HandlerMap } from './group-plan';
+import { GIVEN_UP, type Outcome } from './outcome';
+
+export type Payload = ReturnType<typeof decodePayload>;
+
+/**
+ * What single and batch handling share, so that both decode, build messages,
+ * time handlers out, wait out a backoff, log a retry and give up the same way.
+ * One per group; `MessageProcessor` and `BatchProcessor` each hold it.
+ */
+export class Delivery {
+  private readonly logger = new Logger(Delivery.name);
+
+  constructor(
+    readonly group: string,
+    private readonly handlers: HandlerMap,
+    private readonly options: ResolvedConsumerOptions,
+    private readonly sink: FailedMessageSink,
+    /** The group's concurrency limit; the caller holds a permit while an entry runs. */
+    private readonly semaphore: Semaphore,
+    /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
+    private readonly memory?: FailureMemory,
+  ) {}
+
+  /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */
+  decode(entry: RawEntry): Payload {
+    return decodePayload(entry);
+  }
+
+  /**
+   * The schema the group's handlers of this entry's event share (see the
+   * explorer's `shareSchema`), if the event is typed. A batch handler taking
+   * several events may have one per event.
+   */
+  schemaOf(entry: RawEntry): StandardSchemaV1 | undefined {
+    return this.handlers.get(entry.event)?.[0]?.schema;
+  }
+
+  message(entry: RawEntry, payload: Payload, partition: number, attempt: number): EventrailMessage {
+    return {
+      id: entry.id,
+      event: entry.event,
+      data: payload.data,
+      key: entry.key,
+      headers: payload.headers,
+      publishedAt: new Date(entry.time),
+      partition,
+      offset: entry.offset,
+      group: this.group,
+      attempt,
+    };
+  }
+
+  /** Runs `call` (a handler named `name`), failing with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
+  async timed<T>(name: string, call: () => T | PromiseLike<T>): Promise<T> {
+    const timeoutMs = this.options.handlerTimeoutMs;
+    if (timeoutMs <= 0) return call();
+    return withTimeout(Promise.resolve().then(call), timeoutMs, () => {
+      throw new HandlerTimeoutError(name, timeoutMs);
+    });
+  }
+
+  /**
+   * Since when the entry has been failing: in any worker when retrying by
+   * time (the budget survives restarts and takeovers), else from `now`. Not
+   * asked for an error that gives the message up at once.
+   */
+  async failingSince(entry: RawEntry, partition: number, now: Date, error: unknown): Promise<Date> {
+    if (this.options.maxRetryAgeMs <= 0 || !this.memory || isInstanceOf(error, NonRetryableError)) return now;
+    return this.memory.failingSince(partition, entry.offset, now);
+  }
+
+  /**
+   * Waits a retry's backoff. The permit goes back meanwhile, so other
+   * partitions of the group keep going. True when the retry must not run:
+   * stopped, or the lease may have expired during the wait (the retry then
+   * waits for a renewal or another owner).
+   */
+  async pause(stop: StopSignal, ms: number): Promise<boolean> {
+    this.semaphore.release();
+    let stopped: boolean;
+    try {
+      stopped = await stop.sleep(ms);
+    } finally {
+      await this.semaphore.acquire();
+    }
+    return stopped || stop.stopped;
+  }
+
+  /** The retry warning: readable text, and the message's identifiers as fields. */
+  warnRetry(entry: RawEntry, partition: number, attempt: number, delayMs: number, error: unknown, batchSize?: number): void {
+    const what =
+      batchSize === undefined ? `Event ${entry.id} (${entry.event})` : `Batch of ${batchSize} from event ${entry.id} (${entry.event})`;
+    const msg = escapeControls(
+      `${what} failed in group "${this.group}" partition ${partition}, attempt ${attempt}; retrying in ${delayMs} ms: ${describe(error)}`,
+    );
+    this.logger.warn(
+      logRecord(msg, {
+        group: this.group,
+        partition,
+        eventId: entry.id,
+        event: entry.event,
+        offset: entry.offset,
+        attempt,
+        delayMs,
+        ...(batchSize !== undefined && { batchSize }),
+      }),
+    );
+  }
+
+  async giveUp(
+    entry: RawEntry | MalformedEntry,
+    partition: number,
+    reason: GiveUpReason,
+    error: unknown,
+    attempts: number,
+    firstFailedAt: Date,
+    lastFailedAt = firstFailedAt,
+  ): Promise<Outcome> {
+    await this.sink.accept({ group: this.group, partition, entry, reason, error, attempts, firstFailedAt, lastFailedAt });
+    return GIVEN_UP;
+  }
+}
+
+/** An error for a log line, built without throwing whatever was thrown; the caller escapes the line (error messages may carry producers' data). */
+export function describe(error: unknown): string {
+  const { name, message } = describeThrown(error);
+  return `${name}: ${message}`;
+}
