@@ -9,7 +9,7 @@ import { EventrailPublisher, type PublishedData } from '../publisher/eventrail.p
 import { describeError } from '../util/describe-error';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
-import { LOCK_NAMESPACE, qualified } from './outbox-schema';
+import { KEY_LOCK_NAMESPACE, qualified } from './outbox-schema';
 import { rethrowMissingTable } from './missing-table';
 
 /** What `publish` takes besides the event and its data (everything `EventrailPublisher.publish` takes but `durability`). */
@@ -144,7 +144,7 @@ function insertSql(table: string, keyLocks: boolean): string {
   const n = keyLocks ? 1 : 0;
   const locks = keyLocks
     ? `with locks as (
-  select pg_advisory_xact_lock(${LOCK_NAMESPACE}, h)
+  select pg_advisory_xact_lock(${KEY_LOCK_NAMESPACE}, h)
   from (select distinct hashtext(l) as h from unnest($1::text[]) as l order by h) as ordered
 )
 `

@@ -1,7 +1,9 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
 import { retryDelayMs } from '../util/backoff';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
-import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import type { ResolvedLogOptions } from '../config/log.options';
+import type { EventrailMetrics } from '../metrics/eventrail-metrics';
+import type { ResolvedPublisherOptions } from '../publisher/publisher.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
@@ -12,7 +14,7 @@ import { describeError } from '../util/describe-error';
 import type { RelaySession, Row } from './connectors/outbox-connector';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
-import { LOCK_NAMESPACE, notifyChannel, qualified } from './outbox-schema';
+import { notifyChannel, qualified, RELAY_LOCK_NAMESPACE } from './outbox-schema';
 import { readOutboxStatus } from './outbox-status.reader';
 
 /** What the relay of this process did since it started. */
@@ -72,7 +74,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
-    @Inject(EVENTRAIL_OPTIONS) private readonly eventrail: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly eventrail: ResolvedLogOptions & ResolvedPublisherOptions & { metrics: EventrailMetrics },
     private readonly publisher: EventrailPublisher,
   ) {
     this.metrics = new MetricsHooks(eventrail.metrics);
@@ -145,7 +147,9 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     });
     // A standby whose process died leaves its backend waiting for the lock unless the server checks the socket (PostgreSQL 14+).
     await session.query(`set client_connection_check_interval = 1000`).catch(() => undefined);
-    await session.query(`select pg_advisory_lock(${LOCK_NAMESPACE}, hashtext($1))`, [`relay ${this.eventrail.prefix} ${outboxTable}`]);
+    await session.query(`select pg_advisory_lock(${RELAY_LOCK_NAMESPACE}, hashtext($1))`, [
+      `relay ${this.eventrail.prefix} ${outboxTable}`,
+    ]);
     if (this.stopping) return;
     this.active = true;
     this.counters.takeovers++;

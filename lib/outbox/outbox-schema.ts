@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { quoteIdentifier } from './connectors/pg-session';
 
 /** Tables of one outbox: names as given (`name` or `schema.name`), already validated. */
@@ -7,20 +8,38 @@ export interface OutboxTables {
 }
 
 /**
- * Namespace (the first key) of every advisory lock the outbox takes, so they
- * never meet an app's own locks: "EVTR". The second key is `hashtext` of a
- * string that names what is locked.
+ * Namespaces (the first key of the two-key form) of the advisory locks the outbox takes: the second key
+ * is `hashtext` of a string that names what is locked. Each kind has its own, so a 32-bit hash collision
+ * can only make two locks of the same kind meet: a key whose name hashes like the relay's never waits
+ * for the relay (a key lock meeting another key's only serialises two transactions).
  */
-export const LOCK_NAMESPACE = 0x45565452;
+export const RELAY_LOCK_NAMESPACE = 0x45565452; // "EVTR"
+/** Transaction locks on a key (or a keyless event's partition), taken by the insert. */
+export const KEY_LOCK_NAMESPACE = 0x4556544b; // "EVTK"
+/** The lock that serialises schema creation. */
+export const SCHEMA_LOCK_NAMESPACE = 0x45565453; // "EVTS"
+
+/** PostgreSQL's identifier limit (NAMEDATALEN - 1), which channel, trigger and index names obey too. */
+const MAX_IDENTIFIER_BYTES = 63;
 
 /** `"schema"."name"` or `"name"`. */
 export function qualified(table: string): string {
   return table.split('.').map(quoteIdentifier).join('.');
 }
 
-/** The NOTIFY channel of an outbox table: its name as given. */
+/**
+ * The NOTIFY channel of an outbox table: its name as given when that fits PostgreSQL's 63-byte limit
+ * (what existing triggers send on), else a name derived from it that does.
+ */
 export function notifyChannel(table: string): string {
-  return table;
+  return shortName(table);
+}
+
+/** `name` when it fits in an identifier; else its first characters and a hash of the whole, 63 bytes. */
+export function shortName(name: string): string {
+  if (Buffer.byteLength(name) <= MAX_IDENTIFIER_BYTES) return name;
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, 16);
+  return `${name.slice(0, MAX_IDENTIFIER_BYTES - hash.length - 1)}_${hash}`;
 }
 
 /**
@@ -46,7 +65,7 @@ export function schemaSql(tables: OutboxTables): string {
   const base = tables.outbox.split('.').pop() as string;
   const inboxBase = tables.inbox.split('.').pop() as string;
   const schema = tables.outbox.includes('.') ? `${quoteIdentifier(tables.outbox.split('.')[0])}.` : '';
-  const notifyFunction = `${schema}${quoteIdentifier(`${base}_notify`)}`;
+  const notifyFunction = `${schema}${quoteIdentifier(shortName(`${base}_notify`))}`;
   return `create table if not exists ${outbox} (
   id bigserial primary key,
   event_id text not null,
@@ -63,7 +82,7 @@ begin
   perform pg_notify(TG_ARGV[0], '');
   return null;
 end $$;
-create or replace trigger ${quoteIdentifier(`${base}_notify`)} after insert on ${outbox}
+create or replace trigger ${quoteIdentifier(shortName(`${base}_notify`))} after insert on ${outbox}
   for each statement execute function ${notifyFunction}('${notifyChannel(tables.outbox).replace(/'/g, "''")}');
 create table if not exists ${inbox} (
   group_name text not null,
@@ -71,7 +90,7 @@ create table if not exists ${inbox} (
   handled_at timestamptz not null default now(),
   primary key (group_name, event_id)
 );
-create index if not exists ${quoteIdentifier(`${inboxBase}_handled_at`)} on ${inbox} (handled_at);
+create index if not exists ${quoteIdentifier(shortName(`${inboxBase}_handled_at`))} on ${inbox} (handled_at);
 `;
 }
 
@@ -82,7 +101,7 @@ create index if not exists ${quoteIdentifier(`${inboxBase}_handled_at`)} on ${in
  */
 export function migrationSql(tables: OutboxTables): string {
   return `begin;
-select pg_advisory_xact_lock(${LOCK_NAMESPACE}, hashtext('schema ${tables.outbox.replace(/'/g, "''")}'));
+select pg_advisory_xact_lock(${SCHEMA_LOCK_NAMESPACE}, hashtext('schema ${tables.outbox.replace(/'/g, "''")}'));
 ${schemaSql(tables)}commit;
 `;
 }
