@@ -91,7 +91,13 @@ export class GroupConsumer {
 
   async start(): Promise<void> {
     const stops = this.stops;
+    // Asked before join() registers the group: a new group's offsets are set when its partitions are first taken.
+    const backlog = await this.newGroupBacklog();
     this.members = await this.membership.join(this.handlers.keys());
+    if (backlog > 0) {
+      const msg = `Group "${this.name}" is new and starts at the beginning: ${backlog} entries to handle (initialOffset { mode: 'fromEnd' } starts after them)`;
+      this.logger.log(logRecord(msg, { group: this.name, entries: backlog }));
+    }
     this.running = true;
     await this.announce(this.name);
     await this.rebalancer.run();
@@ -169,6 +175,23 @@ export class GroupConsumer {
     owned.forEach((w, i) => {
       if (this.workers.get(w.partition) === w && w.active) this.metrics.emit('onLag', this.name, w.partition, lags[i].lag);
     });
+  }
+
+  /**
+   * The entries a new group starting at the beginning of the log will handle, so that a group added to a
+   * running system says it is about to handle the whole history; 0 for a known group, another
+   * initialOffset, an empty log, or Redis not answering (join() then reports it).
+   */
+  private async newGroupBacklog(): Promise<number> {
+    if (this.options.initialOffset.mode !== 'fromStart') return 0;
+    const { keys, client } = this.redis;
+    try {
+      if ((await client.sismember(keys.groups, this.name)) === 1) return 0;
+      const lengths = await Promise.all(keys.streams.map((stream) => client.xlen(stream)));
+      return lengths.reduce((sum, length) => sum + length, 0);
+    } catch {
+      return 0;
+    }
   }
 
   private async balanceOnce(): Promise<void> {
