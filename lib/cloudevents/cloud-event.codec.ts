@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { EventrailMessage } from '../events/eventrail-message';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
@@ -25,7 +26,11 @@ export interface EventrailCloudEvent {
 export interface CloudEventPublishInput {
   event: string;
   data: unknown;
-  /** The event's `id`: kept as the eventrail event id (so, with `dedupWindowMs`, a redelivered webhook appends once). */
+  /**
+   * The eventrail event id: derived from the CloudEvent's `source` and `id` (`cloudEventId`), which together
+   * are what makes a CloudEvent unique; the CloudEvent's own `id` is kept in the header `ce-id`. So, with
+   * producer dedup, a redelivered event appends once, and two sources may use the same ids.
+   */
   id: string;
   /** The event's `subject`, as the ordering key. */
   key?: string;
@@ -34,6 +39,7 @@ export interface CloudEventPublishInput {
 
 /** Headers that carry CloudEvents attributes eventrail has no field for; `toCloudEvent` turns them back into the attributes. */
 export const CLOUD_EVENT_HEADERS = {
+  id: 'ce-id',
   source: 'ce-source',
   time: 'ce-time',
   datacontenttype: 'ce-datacontenttype',
@@ -55,6 +61,10 @@ const CONTEXT_ATTRIBUTES = new Set([
   'data',
   'data_base64',
 ]);
+/** Headers only the attributes set: the `eventrailheaders` extension may not carry them. */
+const ATTRIBUTE_HEADERS: ReadonlySet<string> = new Set(Object.values(CLOUD_EVENT_HEADERS));
+/** The name-based UUID namespace of `cloudEventId` (RFC 9562's URL namespace). */
+const URL_NAMESPACE = Buffer.from('6ba7b8119dad11d180b400c04fd430c8', 'hex');
 /** CloudEvents 1.0: extension names are lowercase ASCII letters and digits. */
 const EXTENSION_NAME = /^[a-z0-9]+$/;
 /** RFC 3339, as CloudEvents' `time` is. */
@@ -81,7 +91,7 @@ export function toCloudEvent(message: EventrailMessage, options: { source: strin
   };
   const event: EventrailCloudEvent = {
     specversion: '1.0',
-    id: message.id,
+    id: kept(CLOUD_EVENT_HEADERS.id) ?? message.id,
     source: kept(CLOUD_EVENT_HEADERS.source) ?? options.source,
     type: message.event,
     time: kept(CLOUD_EVENT_HEADERS.time) ?? message.publishedAt.toISOString(),
@@ -125,17 +135,19 @@ export function fromCloudEvent(input: unknown): CloudEventPublishInput {
     if (error instanceof EventrailError) throw new InvalidCloudEventError('type', `is not a valid event name: ${error.message}`);
     throw error;
   }
-  const headers: Record<string, string> = { [CLOUD_EVENT_HEADERS.source]: source };
+  const headers: Record<string, string> = {};
+  const attributeHeaders: Record<string, string> = { [CLOUD_EVENT_HEADERS.id]: id, [CLOUD_EVENT_HEADERS.source]: source };
   const time = optionalString(e, 'time');
   if (time !== undefined) {
     if (!RFC3339.test(time) || Number.isNaN(Date.parse(time)))
       throw new InvalidCloudEventError('time', `must be an RFC 3339 timestamp, got ${show(time)}`);
-    headers[CLOUD_EVENT_HEADERS.time] = time;
+    attributeHeaders[CLOUD_EVENT_HEADERS.time] = time;
   }
   const datacontenttype = optionalString(e, 'datacontenttype');
-  if (datacontenttype !== undefined && !isJsonType(datacontenttype)) headers[CLOUD_EVENT_HEADERS.datacontenttype] = datacontenttype;
+  if (datacontenttype !== undefined && !isJsonType(datacontenttype))
+    attributeHeaders[CLOUD_EVENT_HEADERS.datacontenttype] = datacontenttype;
   const dataschema = optionalString(e, 'dataschema');
-  if (dataschema !== undefined) headers[CLOUD_EVENT_HEADERS.dataschema] = dataschema;
+  if (dataschema !== undefined) attributeHeaders[CLOUD_EVENT_HEADERS.dataschema] = dataschema;
   const subject = optionalString(e, 'subject');
   if (e.data_base64 !== undefined) {
     throw new InvalidCloudEventError('data_base64', 'is binary data, which eventrail does not store: send JSON (or text) data');
@@ -148,8 +160,41 @@ export function fromCloudEvent(input: unknown): CloudEventPublishInput {
     else if (typeof value === 'object') throw new InvalidCloudEventError(name, 'must be a string, number or boolean (an extension value)');
     else headers[name] = String(value);
   }
+  // Set last, so no extension can stand in for them.
+  Object.assign(headers, attributeHeaders);
   const data = e.data === undefined ? null : e.data;
-  return { event: type, data, id, ...(subject === undefined ? {} : { key: subject }), headers };
+  return { event: type, data, id: cloudEventId(source, id), ...(subject === undefined ? {} : { key: subject }), headers };
+}
+
+/**
+ * `fromCloudEvent` of each event, all validated before any is used; an error names the event's index
+ * when there are several.
+ */
+export function fromCloudEvents(events: readonly unknown[]): CloudEventPublishInput[] {
+  return events.map((event, index) => {
+    try {
+      return fromCloudEvent(event);
+    } catch (error) {
+      if (events.length > 1 && error instanceof Error) error.message = `event ${index}: ${error.message}`;
+      throw error;
+    }
+  });
+}
+
+/**
+ * The eventrail event id of a CloudEvent: the name-based UUID (version 5, in the URL namespace) of the
+ * JSON text `["<source>","<id>"]`, as `JSON.stringify([source, id])` writes it. The same event always
+ * gets the same id; the same `id` from another source gets another.
+ */
+export function cloudEventId(source: string, id: string): string {
+  const hash = createHash('sha1')
+    .update(URL_NAMESPACE)
+    .update(JSON.stringify([source, id]), 'utf8')
+    .digest();
+  hash[6] = (hash[6] & 0x0f) | 0x50;
+  hash[8] = (hash[8] & 0x3f) | 0x80;
+  const hex = hash.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 /** JSON media types (`application/json`, `text/json`, `application/*+json`), whose data is the JSON value itself. */
@@ -167,6 +212,11 @@ function unpackHeaders(value: unknown): Record<string, string> {
     !Object.values(parsed).every((v) => typeof v === 'string')
   ) {
     throw new InvalidCloudEventError(HEADERS_EXTENSION, 'must be the JSON text of an object of string values');
+  }
+  for (const name of Object.keys(parsed)) {
+    if (ATTRIBUTE_HEADERS.has(name.toLowerCase()))
+      throw new InvalidCloudEventError(HEADERS_EXTENSION, `may not carry ${name}: that header is set by the attribute only`);
+    if (name === '__proto__') throw new InvalidCloudEventError(HEADERS_EXTENSION, 'may not carry a header named __proto__');
   }
   return parsed as Record<string, string>;
 }

@@ -4,8 +4,8 @@ import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
 /** How a CloudEvent arrived over HTTP (CloudEvents HTTP protocol binding 1.0). */
 export type HttpMode = 'binary' | 'structured' | 'batch';
 
-/** The request's body: text as read, or a value a body parser already made of it. */
-export type HttpBody = string | object | undefined;
+/** The request's body, as the bytes that were sent (UTF-8 text). */
+export type HttpBody = Buffer;
 
 const STRUCTURED = 'application/cloudevents+json';
 const BATCH = 'application/cloudevents-batch+json';
@@ -25,40 +25,35 @@ export function httpMode(headers: IncomingHttpHeaders): HttpMode | null {
  * parsed body in structured mode, its elements in batch mode, and in binary
  * mode an event built from the `ce-*` headers (attributes and extensions,
  * percent-decoded), `Content-Type` as `datacontenttype` and the body as
- * `data` (parsed when it is JSON, else the text).
+ * `data` (parsed, once, when it is JSON; else the text as sent).
  */
 export function eventsFromHttp(mode: HttpMode, headers: IncomingHttpHeaders, body: HttpBody): unknown[] {
-  if (mode === 'structured') return [parsed(body)];
+  const text = body.toString('utf8');
+  if (mode === 'structured') return [parsed(text)];
   if (mode === 'batch') {
-    const events = parsed(body);
+    const events = parsed(text);
     if (!Array.isArray(events)) throw new InvalidCloudEventError('(batch)', 'must be a JSON array of events');
     return events;
   }
-  const event: Record<string, unknown> = {};
+  // No prototype: a `ce-__proto__` header becomes an attribute named `__proto__`, which fromCloudEvent refuses by name.
+  const event: Record<string, unknown> = Object.create(null) as Record<string, unknown>;
   for (const [name, value] of Object.entries(headers)) {
     if (!name.startsWith(CE_PREFIX) || value === undefined) continue;
     event[name.slice(CE_PREFIX.length)] = percentDecoded(Array.isArray(value) ? value.join(',') : value, name);
   }
   const type = headers['content-type'];
   if (type !== undefined) event.datacontenttype = type;
-  if (body !== undefined && body !== '') event.data = isJson(type) ? parsed(body) : textOf(body);
+  if (text !== '') event.data = isJson(type) ? parsed(text) : text;
   return [event];
 }
 
-function parsed(body: HttpBody): unknown {
-  if (body === undefined || body === '') throw new InvalidCloudEventError('(body)', 'is empty');
-  if (typeof body !== 'string') return body;
+function parsed(text: string): unknown {
+  if (text === '') throw new InvalidCloudEventError('(body)', 'is empty');
   try {
-    return JSON.parse(body) as unknown;
+    return JSON.parse(text) as unknown;
   } catch {
     throw new InvalidCloudEventError('(body)', 'is not valid JSON');
   }
-}
-
-function textOf(body: HttpBody): string {
-  if (typeof body === 'string') return body;
-  // A body parser made an object of a type we read as text (urlencoded): its JSON is the closest text.
-  return JSON.stringify(body);
 }
 
 function isJson(type: string | undefined): boolean {

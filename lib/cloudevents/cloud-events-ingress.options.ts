@@ -25,6 +25,14 @@ export interface EventrailCloudEventsOptions {
    * @default 100
    */
   maxBatchSize?: number;
+  /**
+   * Producer dedup of the ingress's appends: a CloudEvent (unique by `source` + `id`) sent again within
+   * this window, by a sender retrying a request that failed partway or a webhook source redelivering,
+   * appends nothing and is answered with the first append's offset and `duplicate: true`. Costs one
+   * Redis key of about 150 bytes per event for the window. 0 turns it off.
+   * @default 3_600_000 (one hour)
+   */
+  dedupWindowMs?: number;
 }
 
 export interface ResolvedCloudEventsOptions {
@@ -32,11 +40,17 @@ export interface ResolvedCloudEventsOptions {
   token: string | null;
   trustProxy: boolean;
   maxBatchSize: number;
+  dedupWindowMs: number;
 }
 
-export const CLOUD_EVENTS_INGRESS_DEFAULTS = Object.freeze({ path: '/cloudevents', trustProxy: false, maxBatchSize: 100 });
+export const CLOUD_EVENTS_INGRESS_DEFAULTS = Object.freeze({
+  path: '/cloudevents',
+  trustProxy: false,
+  maxBatchSize: 100,
+  dedupWindowMs: 3_600_000,
+});
 
-const KNOWN = ['path', 'auth', 'trustProxy', 'maxBatchSize'];
+const KNOWN = ['path', 'auth', 'trustProxy', 'maxBatchSize', 'dedupWindowMs'];
 const PATH = /^(\/[A-Za-z0-9._~-]+)+$/;
 const TOKEN = /^\S+$/;
 
@@ -57,10 +71,16 @@ export function resolveCloudEventsOptions(
     1,
     10_000,
   );
+  const dedupWindowMs = checkInteger(
+    'cloudEventsIngress.dedupWindowMs',
+    options.dedupWindowMs ?? CLOUD_EVENTS_INGRESS_DEFAULTS.dedupWindowMs,
+    0,
+    30 * 86_400_000,
+  );
   const { auth } = options;
   if (auth === undefined || auth === false) {
     if (env.NODE_ENV === 'production') throw new IngressAuthRequiredError(path);
-    return { path, token: null, trustProxy, maxBatchSize };
+    return { path, token: null, trustProxy, maxBatchSize, dedupWindowMs };
   }
   if (auth === null || typeof auth !== 'object' || typeof (auth as { token?: unknown }).token !== 'string') {
     throw new InvalidOptionError('cloudEventsIngress.auth', typeof auth, '{ token: "<a secret>" }, or false for this machine only');
@@ -74,5 +94,5 @@ export function resolveCloudEventsOptions(
       'a non-empty secret without spaces',
     );
   }
-  return { path, token: auth.token, trustProxy, maxBatchSize };
+  return { path, token: auth.token, trustProxy, maxBatchSize, dedupWindowMs };
 }

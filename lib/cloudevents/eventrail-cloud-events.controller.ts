@@ -12,19 +12,16 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
-import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
-import type { PublishResult } from '../publisher/eventrail.publisher';
+import type { EventrailPublisher, PublishResult } from '../publisher/eventrail.publisher';
+import { fromCloudEvents } from './cloud-event.codec';
+import { CloudEventsBodyReader, RAW_BODY, type RawBodyRequest } from './cloud-events-body-reader';
 import { eventsFromHttp, httpMode, type HttpBody } from './cloud-events-http';
-import { CLOUD_EVENTS_OPTIONS } from './cloud-events.constants';
+import { CLOUD_EVENTS_OPTIONS, CLOUD_EVENTS_PUBLISHER } from './cloud-events.constants';
 import type { ResolvedCloudEventsOptions } from './cloud-events-ingress.options';
-import { EventrailCloudEvents } from './eventrail-cloud-events';
 
-/** Largest request body read, in bytes: what one event's data may be, plus room for its attributes. */
-const MAX_BODY_BYTES = 16 * 1024 * 1024;
-
-/** A request as Express hands it over (Node's, with what a body parser may have made of it), or Fastify (`raw` is Node's). */
-type IngressRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage };
+/** A request as Express hands it over (Node's), or Fastify's (`raw` is Node's), with the bytes the body reader kept. */
+type IngressRequest = IncomingMessage & RawBodyRequest & { raw?: IncomingMessage };
 
 /**
  * Accepts CloudEvents over HTTP, in binary, structured and batch mode, and
@@ -35,7 +32,8 @@ type IngressRequest = IncomingMessage & { body?: unknown; raw?: IncomingMessage 
 @Injectable()
 export class EventrailCloudEventsController {
   constructor(
-    private readonly cloudEvents: EventrailCloudEvents,
+    @Inject(CLOUD_EVENTS_PUBLISHER) private readonly publisher: () => EventrailPublisher,
+    private readonly bodyReader: CloudEventsBodyReader,
     @Inject(CLOUD_EVENTS_OPTIONS) private readonly options: ResolvedCloudEventsOptions,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
@@ -67,24 +65,21 @@ export class EventrailCloudEventsController {
           'structured mode (application/cloudevents+json) or batch mode (application/cloudevents-batch+json)',
       );
     }
-    const events = eventsFromHttp(mode, request.headers, await readBody(request));
+    const events = eventsFromHttp(mode, request.headers, await this.body(request));
     if (events.length === 0) throw new InvalidCloudEventError('(batch)', 'is empty');
     if (events.length > this.options.maxBatchSize) {
       throw new InvalidCloudEventError('(batch)', `has ${events.length} events, over maxBatchSize (${this.options.maxBatchSize})`);
     }
-    return { accepted: await this.cloudEvents.publish(events) };
+    // Appended with producer dedup on the derived ids: a retried request appends each event once.
+    return { accepted: await this.publisher().publishMany(fromCloudEvents(events)) };
   }
-}
 
-/** The body a parser already read (JSON, text; always on Fastify), or else read here as text, up to `MAX_BODY_BYTES`. */
-async function readBody(request: IngressRequest): Promise<HttpBody> {
-  if (request.raw !== undefined || request.readableEnded) return request.body as HttpBody;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new PayloadTooLargeError('(cloudevents request)', size, MAX_BODY_BYTES);
-    chunks.push(chunk);
+  /** The bytes the body reader kept (Express: read before the app's parsers; Fastify: as they were parsed). */
+  private body(request: IngressRequest): Promise<HttpBody> {
+    const kept = request[RAW_BODY];
+    if (kept !== undefined) return Promise.resolve(kept);
+    // Fastify calls no parser for an empty body; on Express the reader reads every request of the ingress's path.
+    if (request.raw !== undefined || request.readableEnded) return Promise.resolve(Buffer.alloc(0));
+    return this.bodyReader.read(request);
   }
-  return Buffer.concat(chunks).toString('utf8');
 }

@@ -1,8 +1,12 @@
 import { Controller, DynamicModule, Module, Type, UseFilters, UseGuards } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { CloudEventsAccessGuard } from './cloud-events-access.guard';
-import { CloudEventsBodyParsers } from './cloud-events-body-parsers';
+import { CloudEventsBodyReader } from './cloud-events-body-reader';
 import { CloudEventsErrorFilter } from './cloud-events-error.filter';
-import { CLOUD_EVENTS_OPTIONS } from './cloud-events.constants';
+import { CLOUD_EVENTS_OPTIONS, CLOUD_EVENTS_PUBLISHER } from './cloud-events.constants';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import { EventrailRedis } from '../redis/eventrail-redis';
+import { EventrailPublisher } from '../publisher/eventrail.publisher';
 import { resolveCloudEventsOptions, type EventrailCloudEventsOptions } from './cloud-events-ingress.options';
 import { EventrailCloudEventsController } from './eventrail-cloud-events.controller';
 
@@ -20,7 +24,25 @@ export class EventrailCloudEventsModule {
     return {
       module: EventrailCloudEventsModule,
       controllers: [mounted(resolved.path)],
-      providers: [{ provide: CLOUD_EVENTS_OPTIONS, useValue: resolved }, CloudEventsAccessGuard, CloudEventsBodyParsers],
+      providers: [
+        { provide: CLOUD_EVENTS_OPTIONS, useValue: resolved },
+        {
+          provide: CLOUD_EVENTS_PUBLISHER,
+          inject: [ModuleRef, EVENTRAIL_OPTIONS],
+          // A publisher configured as the app's, on its connection, with the ingress's dedup window; made at the
+          // first request, when the connection provider is the instance the app initialised.
+          useFactory: (moduleRef: ModuleRef, options: ConstructorParameters<typeof EventrailPublisher>[1]) => {
+            let publisher: EventrailPublisher | undefined;
+            return (): EventrailPublisher =>
+              (publisher ??= new EventrailPublisher(moduleRef.get(EventrailRedis, { strict: false }), {
+                ...options,
+                dedupWindowMs: resolved.dedupWindowMs,
+              }));
+          },
+        },
+        CloudEventsAccessGuard,
+        CloudEventsBodyReader,
+      ],
     };
   }
 }

@@ -3,7 +3,7 @@ import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import type { EventrailMessage } from '../events/eventrail-message';
 import type { ResolvedEventrailOptions } from '../module/eventrail.options';
 import { EventrailPublisher, type PublishResult } from '../publisher/eventrail.publisher';
-import { fromCloudEvent, toCloudEvent, type CloudEventPublishInput, type EventrailCloudEvent } from './cloud-event.codec';
+import { fromCloudEvent, fromCloudEvents, toCloudEvent, type CloudEventPublishInput, type EventrailCloudEvent } from './cloud-event.codec';
 
 /**
  * The CloudEvents codec with the module's `cloudEvents.source`, and
@@ -30,14 +30,6 @@ export class EventrailCloudEvents {
    * appended), then publishes them in one `publishMany`, in order.
    */
   publish(events: readonly unknown[]): Promise<PublishResult[]> {
-    const inputs = events.map((event, index) => {
-      try {
-        return fromCloudEvent(event);
-      } catch (error) {
-        if (events.length > 1 && error instanceof Error) error.message = `event ${index}: ${error.message}`;
-        throw error;
-      }
-    });
-    return this.publisher.publishMany(inputs);
+    return this.publisher.publishMany(fromCloudEvents(events));
   }
 }

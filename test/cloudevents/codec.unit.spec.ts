@@ -1,5 +1,6 @@
 import { CloudEvent, HTTP } from 'cloudevents';
 import { EventrailMessage, fromCloudEvent, InvalidCloudEventError, toCloudEvent } from '../../lib';
+import { cloudEventId } from '../../lib/cloudevents/cloud-event.codec';
 import { resolveModuleOptions } from '../../lib/module/eventrail.options';
 
 function message(overrides: Partial<EventrailMessage> = {}): EventrailMessage {
@@ -49,7 +50,12 @@ describe('CloudEvents codec', () => {
     expect(event).toMatchObject({ traceparent: headers.traceparent, tenant: 'acme', type: 'order.placed' });
     expect(JSON.parse(event.eventrailheaders as string)).toEqual({ 'x-request-id': 'r-1', tenantId: 'T', type: 'shadowed' });
     expect(() => new CloudEvent(event, true)).not.toThrow();
-    expect(fromCloudEvent(event).headers).toEqual({ ...headers, 'ce-source': '/orders', 'ce-time': '2026-12-01T10:00:00.000Z' });
+    expect(fromCloudEvent(event).headers).toEqual({
+      ...headers,
+      'ce-id': '0190c7e4-5b1e-7c3a-9f00-1a2b3c4d5e6f',
+      'ce-source': '/orders',
+      'ce-time': '2026-12-01T10:00:00.000Z',
+    });
   });
 
   it('fromCloudEvent reads an SDK event: type, data, id, subject as key, extensions as headers, source and time kept', () => {
@@ -66,15 +72,23 @@ describe('CloudEvents codec', () => {
     expect(input).toEqual({
       event: 'com.example.invoice.paid',
       data: { invoice: 9, cents: 1250 },
-      id: sdk.id,
+      // Unique by source + id, as CloudEvents are; the CloudEvent's own id is kept in ce-id.
+      id: cloudEventId('urn:billing', sdk.id),
       key: 'invoice-9',
-      headers: { 'ce-source': 'urn:billing', 'ce-time': '2026-11-30T08:15:00.000Z', partitionkey: 'ignored-here', attempts: '3' },
+      headers: {
+        'ce-id': sdk.id,
+        'ce-source': 'urn:billing',
+        'ce-time': '2026-11-30T08:15:00.000Z',
+        partitionkey: 'ignored-here',
+        attempts: '3',
+      },
     });
     // And back: the original source and time, not the handler's.
     const back = toCloudEvent(message({ id: input.id, event: input.event, data: input.data, key: input.key!, headers: input.headers! }), {
       source: '/other',
     });
     expect(back).toMatchObject({
+      id: sdk.id,
       source: 'urn:billing',
       time: '2026-11-30T08:15:00.000Z',
       subject: 'invoice-9',
@@ -120,5 +134,18 @@ describe('CloudEvents codec', () => {
     expect(resolveModuleOptions({ cloudEvents: { source: 'https://shop.example' } }).cloudEvents.source).toBe('https://shop.example');
     expect(() => resolveModuleOptions({ cloudEvents: { source: 'has space' } })).toThrow(/cloudEvents\.source/);
     expect(() => resolveModuleOptions({ cloudEvents: { sourse: '/x' } as never })).toThrow(/did you mean source/);
+  });
+
+  it('cloudEventId is a name-based UUID (version 5) of source + id: the same for the same pair, another for any other', () => {
+    const seen = new Map<string, string>();
+    for (const source of ['urn:a', 'urn:b', '/x', 'urn:a"', '["urn:a"']) {
+      for (const id of ['1', '2', 'urn:a', '']) {
+        const derived = cloudEventId(source, id);
+        expect(derived).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+        expect(cloudEventId(source, id)).toBe(derived);
+        expect(seen.get(derived)).toBeUndefined();
+        seen.set(derived, `${source} ${id}`);
+      }
+    }
   });
 });

@@ -13,6 +13,7 @@ import {
   OnEvent,
 } from '../../lib';
 import { resolveCloudEventsOptions } from '../../lib/cloudevents/cloud-events-ingress.options';
+import { cloudEventId } from '../../lib/cloudevents/cloud-event.codec';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
@@ -99,11 +100,11 @@ describe('CloudEvents HTTP ingress', () => {
     expect(accepted).toHaveLength(1);
     const message = await waitFor(() => received[0], 'the handler call');
     expect(message).toMatchObject({
-      id: event.id,
+      id: cloudEventId('urn:billing', event.id),
       event: 'invoice.paid',
       key: 'invoice-9',
       data: { invoice: 9, cents: 1250 },
-      headers: { tenant: 'acme', 'ce-source': 'urn:billing', 'ce-time': '2026-11-30T08:15:00.000Z' },
+      headers: { tenant: 'acme', 'ce-id': event.id, 'ce-source': 'urn:billing', 'ce-time': '2026-11-30T08:15:00.000Z' },
       partition: accepted![0].partition,
       offset: accepted![0].offset,
     });
