@@ -6,7 +6,6 @@ import { DeadLetter, decodeDeadLetter, originalEntry } from '../wire/dead-letter
 import { redeliver, Redelivery } from '../redelivery/redelivery';
 import { partitionForKey } from '../wire/partitioner';
 import type { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline } from '../redis/scripts';
 import { isStreamId } from '../wire/stream-id';
 import type { ProgressListener } from './operations.types';
 import type { DeadLetterPage } from './admin.types';
@@ -164,10 +163,10 @@ export class DeadLetterAdmin {
     // Only what was appended leaves the dead-letter stream; the claims of the
     // others are released so that a later replay can try them again.
     const appended = letters.filter((_, i) => failures[i] === null).map(({ id }) => id);
-    const settling = eventrailPipeline(client);
+    const settling = client.pipeline();
     if (appended.length > 0) settling.xdel(keys.deadLetters(group), ...appended);
     letters.forEach(({ id }, i) => {
-      if (failures[i] !== null) settling.eventrailReleaseLock(keys.replayClaim(group, id), token);
+      if (failures[i] !== null) this.redis.scripts.queueReleaseReplayClaim(settling, { group, id, token });
     });
     const replies = (await settling.exec()) ?? [];
     if (appended.length > 0 && replies[0]?.[0]) throw replies[0][0];

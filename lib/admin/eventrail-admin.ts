@@ -128,16 +128,7 @@ export class EventrailAdmin {
       for (const { partition, to: target } of changes) {
         // An id or a time lands mid-log: counted once here, so its lag is O(1) afterwards (resetOffset-6.lua).
         const counted = typeof to === 'object' ? await countToEnd(client, keys.stream(partition), target) : undefined;
-        await client.eventrailResetOffset(
-          keys.lease(group, partition),
-          keys.offset(group, partition),
-          keys.epoch(group, partition),
-          keys.recovery(group, partition),
-          keys.done(group, partition),
-          keys.stream(partition),
-          target,
-          ...(counted ? ([counted.upTo, counted.count, counted.entriesAdded] as const) : ([] as const)),
-        );
+        await this.redis.scripts.resetOffset({ group, partition, to: target, counted });
       }
       // Running workers find their leases gone now rather than at their next renewal.
       await this.rebalance.announce(group);
@@ -331,16 +322,12 @@ export class EventrailAdmin {
    * heartbeat does).
    */
   private async dropGroup(group: string, mode: 'stale' | 'idle' | 'force', staleMs: number): Promise<{ dropped: boolean; live: string[] }> {
-    const { keys, client } = this.redis;
-    const [members, info, events, seen, dlq] = keys.groupOwnKeys(group);
-    const [verdict, ...rest] = await client.eventrailDropGroup(members, info, events, seen, dlq, keys.generation(group), mode, staleMs);
-    if (verdict !== 'dropped') return { dropped: false, live: verdict === 'live' ? rest : [] };
-    const [generation] = rest;
+    const { keys, client, scripts } = this.redis;
+    const dropped = await scripts.dropGroup({ group, mode, staleMs });
+    if (dropped.verdict !== 'dropped') return { dropped: false, live: dropped.verdict === 'live' ? dropped.members : [] };
+    const { generation } = dropped;
     await Promise.all([
-      ...Array.from({ length: keys.partitions }, (_, p) => {
-        const [offset, lease, recovery, done] = keys.groupPartitionKeys(group, p);
-        return client.eventrailDropGroupPartition(offset, lease, recovery, done, generation);
-      }),
+      ...Array.from({ length: keys.partitions }, (_, partition) => scripts.dropGroupPartition({ group, partition, generation })),
       client.srem(keys.groups, group),
     ]);
     if ((await this.liveMembers(group)).length > 0) await client.sadd(keys.groups, group);

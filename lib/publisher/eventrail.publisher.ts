@@ -10,7 +10,6 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import { eventrailPipeline, leanScript } from '../redis/scripts';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
 import { partitionForKey } from '../wire/partitioner';
@@ -20,7 +19,6 @@ import { publishedEventName, publishedEventNames } from '../events/published-eve
 import { AppendCoalescer, AppendReply } from './append-coalescer';
 import { CallOrder } from './call-order';
 import { corkedWrite } from '../redis/corked-write';
-import { sendLean, sendLeanScript } from '../redis/lean-command';
 import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
@@ -113,7 +111,7 @@ export class EventrailPublisher {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
   ) {
     this.appends = new AppendCoalescer<Prepared>(
-      (p) => sendLean(this.redis.client, 'xadd', [this.redis.keys.stream(p.partition), '*', ...p.fields]),
+      (p) => this.redis.scripts.append(p.partition, p.fields),
       async (batch) => (await this.append(batch, false, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
     );
@@ -307,10 +305,15 @@ export class EventrailPublisher {
       if (!waited) return { replies, confirmed: Infinity };
       return { replies, confirmed: await waited.then(Number, () => 0) };
     }
-    const pipeline = eventrailPipeline(client);
+    const pipeline = client.pipeline();
     for (const p of prepared) {
       if (p.dedup && p.id !== undefined)
-        pipeline.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
+        this.redis.scripts.queuePublishDedup(pipeline, {
+          partition: p.partition,
+          id: p.id,
+          windowMs: this.options.dedupWindowMs,
+          fields: p.fields,
+        });
       else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
     }
     if (!replicated) return { replies: (await pipeline.exec()) ?? [], confirmed: Infinity };
@@ -340,34 +343,23 @@ export class EventrailPublisher {
       if (indexes) indexes.push(i);
       else byPartition.set(prepared[i].partition, [i]);
     }
-    const { keys, client } = this.redis;
+    const { scripts } = this.redis;
     for (const [partition, indexes] of byPartition) {
-      const stream = keys.stream(partition);
       let run: number[] = [];
       let deduped = false;
-      let marks: string[] = [];
+      let ids: string[] = [];
       let args: Array<string | number> = [];
       let bytes = 0;
       const flush = (): void => {
         if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
-        else if (run.length > 1 && !deduped)
-          sent.push(
-            this.settleRun(replies, run, sendLeanScript<[string[], string?]>(client, leanScript('eventrailAppendMany'), [stream, ...args])),
-          );
+        else if (run.length > 1 && !deduped) sent.push(this.settleRun(replies, run, scripts.appendMany(partition, args)));
         else if (run.length > 1) {
-          const script = leanScript('eventrailAppendManyDedup');
-          const call = sendLeanScript<[string[], number[], string?]>(
-            client,
-            script,
-            [stream, ...marks, this.options.dedupWindowMs, ...args],
-            false,
-            1 + marks.length,
-          );
+          const call = scripts.appendManyDedup({ partition, ids, windowMs: this.options.dedupWindowMs, events: args });
           sent.push(this.settleDedupRun(replies, run, call));
         }
         if (run.length > 1) sendNow?.();
         run = [];
-        marks = [];
+        ids = [];
         args = [];
         bytes = 0;
       };
@@ -376,7 +368,7 @@ export class EventrailPublisher {
         const dedup = p.dedup && p.id !== undefined;
         if (dedup !== deduped) flush();
         deduped = dedup;
-        if (dedup) marks.push(keys.dedup(partition, p.id as string));
+        if (dedup) ids.push(p.id as string);
         args.push(p.fields.length);
         for (const field of p.fields) {
           args.push(field);
@@ -435,7 +427,7 @@ export class EventrailPublisher {
    */
   private appendManyWorks(): boolean {
     if (this.appendManyOk !== undefined) return this.appendManyOk;
-    this.appendManyAsked ??= this.redis.client.eventrailAppendMany(this.redis.keys.stream(0)).then(
+    this.appendManyAsked ??= this.redis.scripts.checkAppendMany().then(
       () => void (this.appendManyOk = true),
       (error: unknown) => {
         if (isRefusal(describeError(error))) this.appendManyOk = false;
@@ -447,10 +439,10 @@ export class EventrailPublisher {
 
   /** Sends one append on the publisher's connection: an XADD, or the dedup script for an event with its own id. */
   private appendOne(p: Prepared): Promise<unknown> {
-    const { keys, client } = this.redis;
+    const { scripts } = this.redis;
     if (p.dedup && p.id !== undefined)
-      return client.eventrailPublishDedup(keys.dedup(p.partition, p.id), keys.stream(p.partition), this.options.dedupWindowMs, ...p.fields);
-    return sendLean(client, 'xadd', [keys.stream(p.partition), '*', ...p.fields]);
+      return scripts.publishDedup({ partition: p.partition, id: p.id, windowMs: this.options.dedupWindowMs, fields: p.fields });
+    return scripts.append(p.partition, p.fields);
   }
 
   /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */

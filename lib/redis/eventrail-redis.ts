@@ -13,7 +13,7 @@ import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisTlsError } from '../errors/redis-tls.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { EventrailKeys } from './keys';
-import { EventrailClient, registerScripts } from './scripts';
+import { EventrailScripts } from './eventrail-scripts';
 import { describeError } from '../util/describe-error';
 import { EventrailError } from '../errors/eventrail.error';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -48,8 +48,11 @@ function retryableAtStartup(error: unknown): boolean {
 @Injectable()
 export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger(EventrailRedis.name);
-  readonly client: EventrailClient;
+  /** The connection; eventrail's scripts are called through `scripts`, never on it. */
+  readonly client: Redis | Cluster;
   readonly keys: EventrailKeys;
+  /** The typed door to eventrail's Lua scripts, on `client`. */
+  readonly scripts: EventrailScripts;
   private readonly owned: boolean;
   private readonly duplicates = new Set<Redis | Cluster>();
   /** Remembers what each node refused (`CONFIG`, `INFO`, `ROLE`, `WAIT`), so it is never asked again. */
@@ -60,7 +63,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     this.keys = new EventrailKeys(options.prefix, options.partitions);
     const { redis } = options;
     if (isClient(redis)) {
-      this.client = registerScripts(redis);
+      this.client = redis;
       this.owned = false;
     } else {
       // A few retries per command while reconnecting, instead of ioredis's 20: a
@@ -74,9 +77,10 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
         reported = true;
       });
       client.on('ready', () => (reported = false));
-      this.client = registerScripts(client);
+      this.client = client;
       this.owned = true;
     }
+    this.scripts = new EventrailScripts(this.client, this.keys);
   }
 
   async onModuleInit(): Promise<void> {

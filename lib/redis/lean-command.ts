@@ -35,13 +35,23 @@ const loadedOn = new WeakMap<object, Set<string>>();
 
 type ArgumentTransformers = { _transformer?: { argument?: Record<string, ((args: unknown[]) => unknown[]) | undefined> } };
 
-const internals = Command.prototype as unknown as Partial<Record<keyof CommandInternals, unknown>>;
-/** ioredis 5 and 6 have these; a version without them gets plain commands. */
-const SUPPORTED =
-  typeof internals.stringifyArguments === 'function' &&
-  typeof internals.transformReply === 'function' &&
-  typeof internals._clearTimers === 'function' &&
-  typeof (Command.prototype as unknown as { initPromise?: unknown }).initPromise === 'function';
+/**
+ * The methods of ioredis's `Command` this file calls or replaces beyond its
+ * typings. ioredis 5 and 6 have them; where one is missing, the facade
+ * (eventrail-scripts.ts) sends ioredis's own commands instead. The fields it
+ * sets (`resolve`, `reject`, `promise`, `isResolved`, `isSettled`,
+ * `transformed`, `args`, `name`) are checked by behaviour in
+ * test/redis/lean-command.int.spec.ts.
+ */
+export const LEAN_INTERNALS = ['initPromise', 'stringifyArguments', 'transformReply', '_clearTimers', 'toWritable'] as const;
+
+/** The `LEAN_INTERNALS` the installed ioredis's `Command` lacks (empty: lean commands are in use). */
+export function missingLeanInternals(): string[] {
+  const prototype = Command.prototype as unknown as Record<string, unknown>;
+  return LEAN_INTERNALS.filter((name) => typeof prototype[name] !== 'function');
+}
+
+const SUPPORTED = missingLeanInternals().length === 0;
 
 function resolveLean(this: CommandInternals, value: unknown): Promise<unknown> {
   try {

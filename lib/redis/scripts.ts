@@ -108,10 +108,6 @@ type Chained<T> = { [K in keyof T]: T[K] extends (...args: infer A) => unknown ?
 /** A pipeline that also queues eventrail's commands. */
 export type EventrailPipeline = ChainableCommander & Chained<EventrailCommands>;
 
-export function eventrailPipeline(client: EventrailClient): EventrailPipeline {
-  return client.pipeline() as EventrailPipeline;
-}
-
 const SCRIPTS = [
   'acquireLease-5',
   'commitOffset-5',
@@ -179,9 +175,9 @@ let byName: Map<string, LeanScript> | undefined;
 
 /**
  * Script `name` (as registered: `eventrailCommitOffset`, ...) for
- * `sendLeanScript` (redis/lean-command.ts), which the scripts sent per batch
- * on the hot path go through: a commit, a packed backlog read, a run of
- * `publishMany`. The others are sent as `client.eventrail...()`.
+ * `sendLeanScript` (redis/lean-command.ts). Only the facade
+ * (redis/eventrail-scripts.ts) calls scripts, this way or as
+ * `client.eventrail...()`.
  */
 export function leanScript(name: string): LeanScript {
   byName ??= new Map(loadSources().map((s) => [s.name, s]));

@@ -94,14 +94,13 @@ export class RetentionCycle {
       }
     }
     const trimTo = result.minId as string;
-    const trimmed = await client.eventrailTrimLog(
-      stream,
-      keys.archived(partition),
-      trimTo,
-      this.options.approximate ? '~' : '=',
-      this.sink?.id ?? '',
-      this.options.allowUnarchivedTrim ? '1' : '0',
-    );
+    const trimmed = await this.redis.scripts.trimLog({
+      partition,
+      minId: trimTo,
+      approximate: this.options.approximate,
+      sinkId: this.sink?.id ?? '',
+      allowUnarchived: this.options.allowUnarchivedTrim === true,
+    });
     if (trimmed < 0) {
       // -2: an archiving instance wrote a mark after holdAtArchiveMarks read them (or they moved back).
       result.error =
@@ -128,11 +127,9 @@ export class RetentionCycle {
    * failure only costs that (lag is counted then).
    */
   private async reanchorPositions(partition: number, live: GroupFacts[], firstBeforeTrim: string): Promise<void> {
-    const { client, keys } = this.redis;
-    const stream = keys.stream(partition);
     await Promise.all(
       live.map((g) =>
-        client.eventrailReanchorPosition(stream, keys.recovery(g.name, partition), firstBeforeTrim).catch((error: unknown) => {
+        this.redis.scripts.reanchorPosition({ group: g.name, partition, firstBeforeTrim }).catch((error: unknown) => {
           this.logger.debug(`Retention: partition ${partition}: lag position of group ${g.name} kept its anchor (${describeError(error)})`);
         }),
       ),

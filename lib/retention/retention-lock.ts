@@ -29,13 +29,13 @@ export class RetentionLock {
   async extend(): Promise<boolean> {
     if (this.token === undefined) return false;
     // The lease renewal script is a plain "extend if it still holds my token".
-    return (await this.redis.client.eventrailRenewLease(this.redis.keys.retentionLock(), this.token, this.ttlMs)) === 1;
+    return this.redis.scripts.extendRetentionLock({ token: this.token, ttlMs: this.ttlMs });
   }
 
   async release(): Promise<void> {
     if (this.token === undefined) return;
     const token = this.token;
     this.token = undefined;
-    await this.redis.client.eventrailReleaseLock(this.redis.keys.retentionLock(), token);
+    await this.redis.scripts.releaseRetentionLock({ token });
   }
 }

@@ -3,6 +3,7 @@ import Redis from 'ioredis';
 import { ConsumerOptions, EventrailAdmin, EventrailConsumers, GroupHasLiveMembersError, OnEvent, UnknownGroupError } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
+import { registerScripts } from '../../lib/redis/scripts';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { seededRandom as seeded } from '../support/seeded-random';
@@ -94,7 +95,7 @@ describe('group lifecycle: registry, prune and delete against running workers', 
   afterAll(() => redis.disconnect());
 
   it('spares a partition the new generation took, and clears one the old generation left at the next acquire', async () => {
-    const { client } = tool.get(EventrailRedis);
+    const client = registerScripts(tool.get(EventrailRedis).client);
     const acquire = (p: number, worker: string, generation: string): Promise<[string, string, number] | null> =>
       client.eventrailAcquireLease(
         keys.lease('racer', p),

@@ -1,5 +1,5 @@
-import Redis, { ReplyError } from 'ioredis';
-import { leanCommandsSupported, sendLean, sendLeanScript } from '../../lib/redis/lean-command';
+import Redis, { Command, ReplyError } from 'ioredis';
+import { LEAN_INTERNALS, leanCommandsSupported, missingLeanInternals, sendLean, sendLeanScript } from '../../lib/redis/lean-command';
 import { leanScript } from '../../lib/redis/scripts';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
@@ -30,6 +30,28 @@ describe('lean commands', () => {
 
   it('is in use with the installed ioredis (not the plain-command fallback)', () => {
     expect(leanCommandsSupported).toBe(true);
+  });
+
+  // The day an ioredis release renames or drops what LeanCommand relies on, these fail and name it;
+  // the facade then falls back to ioredis's own commands (test/redis/eventrail-scripts.int.spec.ts runs both).
+  it('finds every ioredis internal it uses on the installed Command', () => {
+    expect(LEAN_INTERNALS.length).toBeGreaterThan(0);
+    expect(missingLeanInternals()).toEqual([]);
+  });
+
+  it('finds the fields of ioredis’s Command it reads and writes, as its constructor leaves them', () => {
+    const command = new Command('xadd', ['s', '*', 'f', 1]) as unknown as Record<string, unknown>;
+    expect(command).toMatchObject({ name: 'xadd', isResolved: false, transformed: true });
+    expect(typeof command.resolve).toBe('function');
+    expect(typeof command.reject).toBe('function');
+    expect(command.promise).toBeInstanceOf(Promise);
+    expect('isSettled' in command || command.isSettled === undefined).toBe(true);
+    // stringifyArguments turns numbers into strings in place: LeanCommand calls it for the same.
+    expect(command.args).toEqual(['s', '*', 'f', '1']);
+    // The argument transformers (HSET's object form, ...) that LeanCommand applies as ioredis does.
+    const transformers = (Command as unknown as { _transformer?: { argument?: Record<string, unknown> } })._transformer;
+    expect(typeof transformers?.argument?.hset).toBe('function');
+    command.promise = (command.promise as Promise<unknown>).catch(() => undefined);
   });
 
   it('appends and reads generated entries exactly as ioredis’s own XADD and XREAD do, as strings and as Buffers', async () => {

@@ -16,9 +16,9 @@ export class FailureMemory {
   /** When the entry at `offset` first failed, in any worker; `now` when this is the first time, or Redis cannot say. */
   async failingSince(partition: number, offset: string, now: Date): Promise<Date> {
     try {
-      const since = await this.redis.client.eventrailMarkFailure(this.redis.keys.recovery(this.group, partition), offset, now.getTime());
+      const since = await this.redis.scripts.markFailure({ group: this.group, partition, offset, nowMs: now.getTime() });
       // A time from the future (another host's clock ahead of ours) counts from now instead.
-      return new Date(Math.min(Number(since), now.getTime()));
+      return new Date(Math.min(since, now.getTime()));
     } catch {
       // Redis is away: the budget counts from this worker's first failure, as without the memory.
       return now;

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import type { EventrailClient } from '../../redis/scripts';
+import { EventrailScripts } from '../../redis/eventrail-scripts';
 import type { EventrailKeys } from '../../redis/keys';
 import { STREAM_START } from '../../wire/stream-id';
 
@@ -20,7 +20,7 @@ export interface PartitionLag {
  * 6.2) the entries are counted instead, as `countEntriesAfter` does.
  */
 export async function readLag(
-  client: EventrailClient,
+  client: Redis | Cluster,
   keys: EventrailKeys,
   group: string,
   partition: number,
@@ -28,7 +28,7 @@ export async function readLag(
 ): Promise<PartitionLag> {
   signal?.throwIfAborted();
   const stream = keys.stream(partition);
-  const [lag, committed] = await client.eventrailReadLag(stream, keys.offset(group, partition), keys.recovery(group, partition));
+  const { lag, committed } = await new EventrailScripts(client, keys).readLag({ group, partition });
   if (lag >= 0) return { lag, capped: false, committed };
   return { ...(await countEntriesAfter(client, stream, committed ?? STREAM_START, LAG_COUNT_CAP, signal)), committed };
 }

@@ -1,8 +1,6 @@
 import type { InitialOffset } from '../../module/eventrail.options';
 import { offsetBeforeTime, previousStreamId } from '../../wire/stream-id';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
-import { sendLeanScript } from '../../redis/lean-command';
-import { leanScript } from '../../redis/scripts';
 
 /**
  * The lease of a (group, partition): at most one worker of a group works a
@@ -51,7 +49,6 @@ export type CommitVerdict = 'committed' | 'fenced';
 
 /** A lease this worker holds on one partition of a group. */
 export class PartitionLease {
-  private readonly key: string;
   /**
    * Until when (`performance.now()`) the lease surely holds: the send time of
    * the last call that set its TTL, plus the TTL. Redis started the TTL later
@@ -68,7 +65,6 @@ export class PartitionLease {
     private readonly ttlMs: number,
     sentAt: number,
   ) {
-    this.key = redis.keys.lease(group, partition);
     this.validUntil = sentAt + ttlMs;
   }
 
@@ -100,25 +96,12 @@ export class PartitionLease {
     initialOffset: InitialOffset,
     generation = '0',
   ): Promise<Array<AcquiredLease | null>> {
-    const { keys, client } = redis;
-    const [mode, initialId] = initialOffsetArgs(initialOffset);
+    const { keys, client, scripts } = redis;
+    const [initialMode, initialId] = initialOffsetArgs(initialOffset);
     const sentAt = performance.now();
     const replies = await Promise.all(
-      partitions.map((p) =>
-        client
-          .eventrailAcquireLease(
-            keys.lease(group, p),
-            keys.epoch(group, p),
-            keys.offset(group, p),
-            keys.stream(p),
-            keys.recovery(group, p),
-            workerId,
-            ttlMs,
-            mode,
-            initialId,
-            generation,
-          )
-          .catch(() => null),
+      partitions.map((partition) =>
+        scripts.acquireLease({ group, partition, workerId, ttlMs, initialMode, initialId, generation }).catch(() => null),
       ),
     );
     // A partition that a deleted generation of the group left behind: its
@@ -127,7 +110,7 @@ export class PartitionLease {
     // expires, or this worker takes it again.
     const cleared = await Promise.all(
       replies.map((reply, i) =>
-        reply?.[2] === 2
+        reply?.previousHolder === 'droppedGeneration'
           ? client.del(keys.done(group, partitions[i])).then(
               () => true,
               () => false,
@@ -137,17 +120,19 @@ export class PartitionLease {
     );
     return replies.map((reply, i) => {
       if (!reply || !cleared[i]) return null;
-      const [token, committed, recovering] = reply;
-      return { lease: new PartitionLease(redis, group, partitions[i], token, ttlMs, sentAt), committed, recovering: recovering === 1 };
+      const { token, committed, previousHolder } = reply;
+      const lease = new PartitionLease(redis, group, partitions[i], token, ttlMs, sentAt);
+      return { lease, committed, recovering: previousHolder === 'unreleased' };
     });
   }
 
   /** Extends the lease: `held`, `lost` (expired or taken over), or `unknown` when Redis did not answer (try again later). */
   renew(): Promise<'held' | 'lost' | 'unknown'> {
     const sentAt = performance.now();
-    return this.redis.client.eventrailRenewLease(this.key, this.token, this.ttlMs).then(
+    const { group, partition, token, ttlMs } = this;
+    return this.redis.scripts.renewLease({ group, partition, token, ttlMs }).then(
       (renewed) => {
-        if (renewed !== 1) return 'lost';
+        if (!renewed) return 'lost';
         this.extendedAt(sentAt);
         return 'held';
       },
@@ -163,25 +148,10 @@ export class PartitionLease {
    * answer: whether it landed is then unknown.
    */
   async commit(offset: string, doneIds: readonly string[], markTtlMs: number, progress?: CommitProgress): Promise<CommitVerdict> {
-    const { keys, client } = this.redis;
+    const { group, partition, token, ttlMs } = this;
     const sentAt = performance.now();
-    const result = await sendLeanScript<number>(client, leanScript('eventrailCommitOffset'), [
-      this.key,
-      keys.offset(this.group, this.partition),
-      keys.done(this.group, this.partition),
-      keys.recovery(this.group, this.partition),
-      keys.stream(this.partition),
-      this.token,
-      offset,
-      this.ttlMs,
-      markTtlMs,
-      progress?.since ?? '',
-      progress?.from ?? '',
-      progress?.count ?? '',
-      progress?.verify ? '1' : '0',
-      ...(markTtlMs > 0 ? doneIds : []),
-    ]);
-    if (result !== 1) return 'fenced';
+    const committed = await this.redis.scripts.commitOffset({ group, partition, token, ttlMs, offset, markTtlMs, doneIds, progress });
+    if (!committed) return 'fenced';
     this.extendedAt(sentAt); // the commit script extends the lease too
     return 'committed';
   }
@@ -198,7 +168,7 @@ export class PartitionLease {
    * resets (markDelivery-1.lua).
    */
   countDelivery(offset: string): Promise<number> {
-    return this.redis.client.eventrailMarkDelivery(this.redis.keys.recovery(this.group, this.partition), offset);
+    return this.redis.scripts.markDelivery({ group: this.group, partition: this.partition, offset });
   }
 
   /**
@@ -207,8 +177,8 @@ export class PartitionLease {
    * Does nothing when the lease is no longer this worker's.
    */
   async release(): Promise<void> {
-    const { keys, client } = this.redis;
-    await client.eventrailReleaseLease(this.key, keys.recovery(this.group, this.partition), this.token, leaseEpoch(this.token));
+    const { group, partition, token } = this;
+    await this.redis.scripts.releaseLease({ group, partition, token, epoch: leaseEpoch(token) });
   }
 }
 

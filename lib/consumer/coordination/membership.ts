@@ -93,17 +93,13 @@ export class GroupMembership {
   }
 
   private async beat(): Promise<string[]> {
-    const { keys, client } = this.redis;
     const { group } = this;
-    const [generation, members] = await client.eventrailHeartbeat(
-      keys.members(group),
-      keys.memberInfo(group),
-      keys.seen(group),
-      keys.generation(group),
-      this.worker.id,
-      this.ttlMs,
-      this.info,
-    );
+    const { generation, members } = await this.redis.scripts.heartbeat({
+      group,
+      workerId: this.worker.id,
+      ttlMs: this.ttlMs,
+      infoJson: this.info,
+    });
     const deleted = this.generation !== undefined && generation !== this.generation;
     this.generation = generation;
     // Only after a delete, which took the events set with it: no extra command otherwise.

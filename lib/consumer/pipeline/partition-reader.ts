@@ -3,8 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { EntryOrigin, MalformedEntry, RawEntry } from '../../wire/codec';
 import { readEntryBuffers, readPackedEntries } from '../../wire/entry-reader';
 import { XReadBufferReply } from '../../redis/stream-read';
-import { sendLean, sendLeanScript } from '../../redis/lean-command';
-import { leanScript } from '../../redis/scripts';
+import { EventrailScripts } from '../../redis/eventrail-scripts';
 import { describeError } from '../../util/describe-error';
 
 type Entry = RawEntry | MalformedEntry;
@@ -79,7 +78,7 @@ export class PartitionReader {
   private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
     let packed: Buffer;
     try {
-      packed = await sendLeanScript<Buffer>(connection, leanScript('eventrailReadBacklog'), [this.stream, after, count], true);
+      packed = await EventrailScripts.readBacklog(connection, this.stream, after, count);
     } catch (error) {
       // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
       if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
@@ -91,7 +90,6 @@ export class PartitionReader {
   }
 
   private readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
-    const args = ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.stream, after];
-    return sendLean<XReadBufferReply>(connection, 'xread', args, true).then(this.decodeReply);
+    return EventrailScripts.readStream(connection, this.stream, after, count, blockMs).then(this.decodeReply);
   }
 }

@@ -1,0 +1,429 @@
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+import type { EventrailKeys } from './keys';
+import { leanCommandsSupported, sendLean, sendLeanScript } from './lean-command';
+import { type EventrailClient, type EventrailPipeline, leanScript, registerScripts } from './scripts';
+import type { XReadBufferReply } from './stream-read';
+
+/**
+ * The one door to eventrail's Lua scripts (redis/scripts/*.lua): one method
+ * per script use, taking named arguments and answering a typed result. The
+ * KEYS and ARGV of every call are built here, from the key schema, so no
+ * caller knows a script's argument order or a key name.
+ *
+ * The scripts sent per batch on the hot path (a commit, a packed backlog
+ * read, a run of `publishMany`) and the hot plain commands (a publish's
+ * XADD, a worker's XREAD) go through `lean-command.ts`, the only file that
+ * relies on ioredis internals; where they are missing, the same calls go as
+ * ioredis's own commands (`defineCommand`), which answer the same.
+ */
+export class EventrailScripts {
+  private readonly client: EventrailClient;
+  /** Hot-path calls through `LeanCommand` (false: as ioredis's own commands). */
+  private readonly lean: boolean;
+
+  constructor(
+    client: Redis | Cluster,
+    private readonly keys: EventrailKeys,
+    { lean = leanCommandsSupported }: { lean?: boolean } = {},
+  ) {
+    this.client = registerScripts(client);
+    this.lean = lean && leanCommandsSupported;
+  }
+
+  // Leases (acquireLease-5, renewLease-1, commitOffset-5, releaseLease-2)
+
+  /** Takes the lease of (group, partition) for `workerId`; null when another worker holds it (acquireLease-5.lua). */
+  async acquireLease(input: AcquireLeaseInput): Promise<AcquireLeaseResult | null> {
+    const { group, partition: p } = input;
+    const { keys } = this;
+    const reply = await this.client.eventrailAcquireLease(
+      keys.lease(group, p),
+      keys.epoch(group, p),
+      keys.offset(group, p),
+      keys.stream(p),
+      keys.recovery(group, p),
+      input.workerId,
+      input.ttlMs,
+      input.initialMode,
+      input.initialId,
+      input.generation,
+    );
+    if (!reply) return null;
+    const [token, committed, previous] = reply;
+    return { token, committed, previousHolder: PREVIOUS_HOLDER[previous] ?? 'released' };
+  }
+
+  /** Extends the lease of (group, partition) while it holds `token`: false when it no longer does (renewLease-1.lua). */
+  async renewLease({ group, partition, token, ttlMs }: LeaseHold): Promise<boolean> {
+    return (await this.client.eventrailRenewLease(this.keys.lease(group, partition), token, ttlMs)) === 1;
+  }
+
+  /**
+   * Moves the committed offset of (group, partition) to `offset` while the
+   * lease holds `token`, extends the lease, writes the done-marks of
+   * `doneIds` (when `markTtlMs` > 0) and the offset's lag position, in one
+   * atomic step (commitOffset-5.lua). False: fenced, the lease is not `token`'s.
+   */
+  async commitOffset(input: CommitOffsetInput): Promise<boolean> {
+    const { group, partition: p, progress, markTtlMs } = input;
+    const { keys } = this;
+    const args: Array<string | number> = [
+      keys.lease(group, p),
+      keys.offset(group, p),
+      keys.done(group, p),
+      keys.recovery(group, p),
+      keys.stream(p),
+      input.token,
+      input.offset,
+      input.ttlMs,
+      markTtlMs,
+      progress?.since ?? '',
+      progress?.from ?? '',
+      progress?.count ?? '',
+      progress?.verify ? '1' : '0',
+    ];
+    if (markTtlMs > 0) for (const id of input.doneIds) args.push(id);
+    const result = this.lean
+      ? await sendLeanScript<number>(this.client, leanScript('eventrailCommitOffset'), args)
+      : await (this.client.eventrailCommitOffset as (...a: Array<string | number>) => Promise<number>)(...args);
+    return result === 1;
+  }
+
+  /** Gives the lease back while it holds `token`, recording `epoch` as ended cleanly (releaseLease-2.lua). */
+  async releaseLease({
+    group,
+    partition,
+    token,
+    epoch,
+  }: {
+    group: string;
+    partition: number;
+    token: string;
+    epoch: string;
+  }): Promise<void> {
+    await this.client.eventrailReleaseLease(this.keys.lease(group, partition), this.keys.recovery(group, partition), token, epoch);
+  }
+
+  // Recovery state (markDelivery-1, markFailure-1)
+
+  /** Counts one more delivery of the entry after the committed offset `offset`; answers the count (markDelivery-1.lua). */
+  markDelivery({ group, partition, offset }: PartitionEntry): Promise<number> {
+    return this.client.eventrailMarkDelivery(this.keys.recovery(group, partition), offset);
+  }
+
+  /** Records that the entry at `offset` failed at `nowMs` (unless it had before); answers when it first failed, ms (markFailure-1.lua). */
+  async markFailure({ group, partition, offset, nowMs }: PartitionEntry & { nowMs: number }): Promise<number> {
+    return Number(await this.client.eventrailMarkFailure(this.keys.recovery(group, partition), offset, nowMs));
+  }
+
+  // Membership and groups (heartbeat-4, dropGroup-6, dropGroupPartition-4, resetOffset-6)
+
+  /** Beats `workerId`'s heartbeat into `group` with its info (JSON); answers the group's generation and live members (heartbeat-4.lua). */
+  async heartbeat({ group, workerId, ttlMs, infoJson }: HeartbeatInput): Promise<{ generation: string; members: string[] }> {
+    const { keys } = this;
+    const [generation, members] = await this.client.eventrailHeartbeat(
+      keys.members(group),
+      keys.memberInfo(group),
+      keys.seen(group),
+      keys.generation(group),
+      workerId,
+      ttlMs,
+      infoJson,
+    );
+    return { generation, members };
+  }
+
+  /** Deletes `group`'s own keys and bumps its generation, unless a member is live (or, `stale`, was seen within `staleMs`) (dropGroup-6.lua). */
+  async dropGroup({
+    group,
+    mode,
+    staleMs,
+  }: {
+    group: string;
+    mode: 'stale' | 'idle' | 'force';
+    staleMs: number;
+  }): Promise<DropGroupResult> {
+    const [members, info, events, seen, dlq] = this.keys.groupOwnKeys(group);
+    const [verdict, ...rest] = await this.client.eventrailDropGroup(
+      members,
+      info,
+      events,
+      seen,
+      dlq,
+      this.keys.generation(group),
+      mode,
+      staleMs,
+    );
+    if (verdict === 'dropped') return { verdict, generation: rest[0] };
+    if (verdict === 'live') return { verdict, members: rest };
+    return { verdict: 'recent' };
+  }
+
+  /** Drops (group, partition)'s keys unless a worker of `generation` took the partition (dropGroupPartition-4.lua). */
+  dropGroupPartition({ group, partition, generation }: { group: string; partition: number; generation: string }): Promise<number> {
+    const [offset, lease, recovery, done] = this.keys.groupPartitionKeys(group, partition);
+    return this.client.eventrailDropGroupPartition(offset, lease, recovery, done, generation);
+  }
+
+  /**
+   * Sets the committed offset of (group, partition) to `to`, ending its lease
+   * and clearing its marks; `counted` gives the new offset a lag position.
+   * Answers the previous offset, null when there was none (resetOffset-6.lua).
+   */
+  resetOffset({ group, partition: p, to, counted }: ResetOffsetInput): Promise<string | null> {
+    const { keys } = this;
+    const rest = counted ? ([counted.upTo, counted.count, counted.entriesAdded] as const) : ([] as const);
+    return this.client.eventrailResetOffset(
+      keys.lease(group, p),
+      keys.offset(group, p),
+      keys.epoch(group, p),
+      keys.recovery(group, p),
+      keys.done(group, p),
+      keys.stream(p),
+      to,
+      ...rest,
+    );
+  }
+
+  // Lag (readLag-3, reanchorPosition-2)
+
+  /** The lag of (group, partition) from its position, -1 when the position cannot tell it, and its committed offset (readLag-3.lua). */
+  async readLag({ group, partition }: { group: string; partition: number }): Promise<{ lag: number; committed: string | null }> {
+    const { keys } = this;
+    const [lag, committed] = await this.client.eventrailReadLag(
+      keys.stream(partition),
+      keys.offset(group, partition),
+      keys.recovery(group, partition),
+    );
+    return { lag, committed };
+  }
+
+  /** After a trim: moves (group, partition)'s position anchor up to the new first entry (reanchorPosition-2.lua). */
+  reanchorPosition({ group, partition, firstBeforeTrim }: { group: string; partition: number; firstBeforeTrim: string }): Promise<number> {
+    return this.client.eventrailReanchorPosition(this.keys.stream(partition), this.keys.recovery(group, partition), firstBeforeTrim);
+  }
+
+  // Appends (publishDedup-2, appendMany-1, appendManyDedup-n) and the plain XADD
+
+  /** Appends one event's `fields` to `partition`'s stream; answers its offset. */
+  append(partition: number, fields: string[]): Promise<string> {
+    const stream = this.keys.stream(partition);
+    if (this.lean) return sendLean<string>(this.client, 'xadd', [stream, '*', ...fields]);
+    return this.client.xadd(stream, '*', ...fields) as Promise<string>;
+  }
+
+  /** Appends `fields` unless event `id` was appended within `windowMs`; answers `[offset, duplicate]` (publishDedup-2.lua). */
+  publishDedup(input: PublishDedupInput): Promise<PublishDedupReply> {
+    return this.client.eventrailPublishDedup(...this.publishDedupArgs(input)) as Promise<PublishDedupReply>;
+  }
+
+  /** `publishDedup` queued on `pipeline` (one made with `client.pipeline()`). */
+  queuePublishDedup(pipeline: ChainableCommander, input: PublishDedupInput): void {
+    (pipeline as EventrailPipeline).eventrailPublishDedup(...this.publishDedupArgs(input));
+  }
+
+  /**
+   * Appends the `events` (see `PackedEvents`) to `partition`'s stream in
+   * order, in one call; answers their offsets, and the error when an append
+   * failed after `offsets.length` were made (appendMany-1.lua).
+   */
+  appendMany(partition: number, events: PackedEvents): Promise<AppendManyReply> {
+    const args = [this.keys.stream(partition), ...events];
+    if (this.lean) return sendLeanScript<AppendManyReply>(this.client, leanScript('eventrailAppendMany'), args);
+    return this.client.eventrailAppendMany(...(args as [string, ...PackedEvents])) as Promise<AppendManyReply>;
+  }
+
+  /** Resolves when this connection runs the appendMany script (a call that appends nothing); rejects with the server's refusal. */
+  async checkAppendMany(): Promise<void> {
+    await this.client.eventrailAppendMany(this.keys.stream(0));
+  }
+
+  /**
+   * `appendMany` for events with ids of their own and producer dedup: event
+   * `i` is appended unless `ids[i]` was within `windowMs`. Answers the
+   * offsets, whether each was a duplicate, and the error when a command
+   * failed after `offsets.length` events were done (appendManyDedup-n.lua).
+   */
+  appendManyDedup({ partition, ids, windowMs, events }: AppendManyDedupInput): Promise<AppendManyDedupReply> {
+    const args: Array<string | number> = [this.keys.stream(partition)];
+    for (const id of ids) args.push(this.keys.dedup(partition, id));
+    args.push(windowMs);
+    for (const value of events) args.push(value);
+    const numberOfKeys = 1 + ids.length;
+    if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys);
+    return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
+  }
+
+  // Locks (releaseLock-1, and renewLease-1 for the retention lock)
+
+  /** Extends the retention lock while it holds `token`; false when it no longer does (renewLease-1.lua). */
+  async extendRetentionLock({ token, ttlMs }: { token: string; ttlMs: number }): Promise<boolean> {
+    return (await this.client.eventrailRenewLease(this.keys.retentionLock(), token, ttlMs)) === 1;
+  }
+
+  /** Deletes the retention lock if it still holds `token` (releaseLock-1.lua). */
+  async releaseRetentionLock({ token }: { token: string }): Promise<void> {
+    await this.client.eventrailReleaseLock(this.keys.retentionLock(), token);
+  }
+
+  /** Queues on `pipeline` the release of `group`'s replay claim on dead letter `id`, if it still holds `token` (releaseLock-1.lua). */
+  queueReleaseReplayClaim(pipeline: ChainableCommander, { group, id, token }: { group: string; id: string; token: string }): void {
+    (pipeline as EventrailPipeline).eventrailReleaseLock(this.keys.replayClaim(group, id), token);
+  }
+
+  // Retention (trimLog-2)
+
+  /**
+   * Trims `partition`'s stream below `minId` unless that would pass its
+   * archive marks (with `sinkId`, or any, unless `allowUnarchived`). Answers
+   * the entries trimmed, -1 or -2 when refused (trimLog-2.lua).
+   */
+  async trimLog({ partition, minId, approximate, sinkId, allowUnarchived }: TrimLogInput): Promise<number> {
+    const { keys } = this;
+    return this.client.eventrailTrimLog(
+      keys.stream(partition),
+      keys.archived(partition),
+      minId,
+      approximate ? '~' : '=',
+      sinkId,
+      allowUnarchived ? '1' : '0',
+    );
+  }
+
+  // Reads on a connection of the caller's (a worker's blocking connection)
+
+  /**
+   * At most `count` entries of `stream` after `after`, packed by Redis as
+   * the MessagePack of XRANGE's answer (readBacklog-1.lua), on `connection`.
+   */
+  static readBacklog(connection: Redis | Cluster, stream: string, after: string, count: number): Promise<Buffer> {
+    if (leanCommandsSupported) return sendLeanScript<Buffer>(connection, leanScript('eventrailReadBacklog'), [stream, after, count], true);
+    return registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count);
+  }
+
+  /** `XREAD COUNT count BLOCK blockMs STREAMS stream after` on `connection`, read as Buffers. */
+  static readStream(connection: Redis | Cluster, stream: string, after: string, count: number, blockMs: number): Promise<XReadBufferReply> {
+    const args = ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', stream, after];
+    if (leanCommandsSupported) return sendLean<XReadBufferReply>(connection, 'xread', args, true);
+    return connection.xreadBuffer('COUNT', count, 'BLOCK', blockMs, 'STREAMS', stream, after) as Promise<XReadBufferReply>;
+  }
+
+  private publishDedupArgs({ partition, id, windowMs, fields }: PublishDedupInput): [string, string, number, ...string[]] {
+    return [this.keys.dedup(partition, id), this.keys.stream(partition), windowMs, ...fields];
+  }
+}
+
+const PREVIOUS_HOLDER: Record<number, AcquireLeaseResult['previousHolder']> = { 0: 'released', 1: 'unreleased', 2: 'droppedGeneration' };
+
+/** A (group, partition) and a stream id in it. */
+interface PartitionEntry {
+  group: string;
+  partition: number;
+  offset: string;
+}
+
+interface LeaseHold {
+  group: string;
+  partition: number;
+  /** `<workerId>:<epoch>`, as `acquireLease` answered it. */
+  token: string;
+  ttlMs: number;
+}
+
+export interface AcquireLeaseInput {
+  group: string;
+  partition: number;
+  workerId: string;
+  ttlMs: number;
+  /** Where a group that never read the partition starts: its start, its end, or after `initialId`. */
+  initialMode: 'start' | 'end' | 'id';
+  /** With `initialMode: 'id'`: the offset to start after; else ''. */
+  initialId: string;
+  /** The group's generation as the worker's last heartbeat saw it. */
+  generation: string;
+}
+
+export interface AcquireLeaseResult {
+  /** `<workerId>:<epoch>`, which fences every commit. */
+  token: string;
+  /** The committed offset (initialised the first time the group reads the partition). */
+  committed: string;
+  /**
+   * `unreleased`: the previous holder did not release the lease (it died,
+   * froze or lost Redis). `droppedGeneration`: a deleted generation of the
+   * group left the partition's keys, cleared now except its done-marks.
+   */
+  previousHolder: 'released' | 'unreleased' | 'droppedGeneration';
+}
+
+export interface CommitOffsetInput extends LeaseHold {
+  /** The new committed offset. */
+  offset: string;
+  /** TTL of the idempotency done-marks; 0 writes none. */
+  markTtlMs: number;
+  /** The event ids handled in this batch, marked done when `markTtlMs` > 0. */
+  doneIds: readonly string[];
+  /** What the commit moved over, for the offset's lag position; without it the position is forgotten. */
+  progress?: { since: string; from: string; count: number; verify: boolean };
+}
+
+export interface HeartbeatInput {
+  group: string;
+  workerId: string;
+  ttlMs: number;
+  /** The member's info, JSON. */
+  infoJson: string;
+}
+
+export type DropGroupResult = { verdict: 'dropped'; generation: string } | { verdict: 'live'; members: string[] } | { verdict: 'recent' };
+
+export interface ResetOffsetInput {
+  group: string;
+  partition: number;
+  to: string;
+  /** An exact count of the entries after `to` up to `upTo`, which was the last entry when `entriesAdded` was read. */
+  counted?: { upTo: string; count: number; entriesAdded: number };
+}
+
+export interface PublishDedupInput {
+  partition: number;
+  /** The event's own id, which dedup is keyed by. */
+  id: string;
+  windowMs: number;
+  fields: string[];
+}
+
+/** `[offset, 1 when it was a duplicate]`. */
+export type PublishDedupReply = [offset: string, duplicate: number];
+
+/**
+ * Events packed for an append run: per event, its number of field values,
+ * then the values (`[2, 'type', 'a', 4, 'type', 'b', 'data', '{}']`). Built
+ * by the caller as it goes, so a run costs one array.
+ */
+export type PackedEvents = Array<string | number>;
+
+/** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made. */
+export type AppendManyReply = [offsets: string[], error?: string];
+
+export interface AppendManyDedupInput {
+  partition: number;
+  /** Event `i`'s own id. */
+  ids: readonly string[];
+  windowMs: number;
+  events: PackedEvents;
+}
+
+/** `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length` events were done. */
+export type AppendManyDedupReply = [offsets: string[], duplicates: number[], error?: string];
+
+export interface TrimLogInput {
+  partition: number;
+  minId: string;
+  /** `XTRIM MINID ~` rather than `=`. */
+  approximate: boolean;
+  /** The archive sink this cycle saved to ('' for none). */
+  sinkId: string;
+  /** Trim past the archive marks without a sink. */
+  allowUnarchived: boolean;
+}
