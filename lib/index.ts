@@ -4,18 +4,12 @@
 
 // Module and options
 export { EventrailModule } from './module/eventrail.module';
-export type {
-  ClusterConnection,
-  ConsumerOptions,
-  Durability,
-  EventrailModuleAsyncOptions,
-  EventrailModuleOptions,
-  InitialOffset,
-  RedisConnection,
-  SentinelConnection,
-} from './module/eventrail.options';
-export { DEFAULT_BATCH_OPTIONS, DEFAULT_CONSUMER_OPTIONS } from './module/eventrail.options';
-export { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS } from './config/eventrail.constants';
+export type { EventrailModuleAsyncOptions, EventrailModuleOptions } from './module/eventrail.options';
+export type { ConsumerOptions, InitialOffset } from './consumer/consumer.options';
+export type { ClusterConnection, Durability, RedisConnection, SentinelConnection } from './redis/connection.options';
+export { DEFAULT_BATCH_OPTIONS, DEFAULT_CONSUMER_OPTIONS } from './consumer/consumer.options';
+export { EVENTRAIL_OPTIONS } from './config/eventrail.constants';
+export { DEFAULT_STALE_GROUP_MS } from './admin/group-facts.reader';
 export { eventrailAclRules } from './redis/acl-rules';
 export type { EventrailAclRules } from './redis/acl-rules';
 

@@ -1,3 +1,5 @@
+import type { ResolvedLogOptions } from '../config/log.options';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from './operations.types';
 
 /** A live worker of a group. */
@@ -189,3 +191,12 @@ export interface RetentionOperations {
   restoreArchive(group: string, source: ArchiveSource, options: { onProgress?: ProgressListener }): Promise<number>;
   listArchives(options: { partition?: number }): Promise<ArchiveObject[]>;
 }
+
+/** Injection token under which `EventrailRetention` serves the admin service (`RetentionOperations`). */
+export const EVENTRAIL_RETENTION = Symbol('EVENTRAIL_RETENTION');
+
+/**
+ * What the admin service reads of the resolved module options. Of retention only the stale threshold, as a
+ * shape of its own: admin never imports retention.
+ */
+export type AdminView = ResolvedLogOptions & { retention?: { staleGroupMs: number }; tracing: ResolvedTracingOptions };

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import type { AdminView } from './admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { isMalformed } from '../wire/codec';
 import { DeadLetter, decodeDeadLetter, originalEntry } from '../wire/dead-letter.codec';
@@ -29,7 +29,7 @@ const CLAIM_TTL_MS = 60_000;
 export class DeadLetterAdmin {
   constructor(
     private readonly redis: EventrailRedis,
-    private readonly options: ResolvedEventrailOptions,
+    private readonly options: AdminView,
   ) {}
 
   /**

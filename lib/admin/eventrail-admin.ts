@@ -1,7 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { RebalanceSignal } from '../consumer/coordination/rebalance-signal';
-import { DEFAULT_STALE_GROUP_MS, EVENTRAIL_OPTIONS, EVENTRAIL_RETENTION } from '../config/eventrail.constants';
-import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import { EVENTRAIL_RETENTION, type AdminView } from './admin.types';
+import { DEFAULT_STALE_GROUP_MS } from './group-facts.reader';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from './operations.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../wire/dead-letter.codec';
@@ -49,7 +50,7 @@ export class EventrailAdmin {
 
   constructor(
     private readonly redis: EventrailRedis,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: AdminView,
     @Inject(EVENTRAIL_RETENTION) private readonly retention: RetentionOperations,
   ) {
     this.facts = new GroupFactsReader(redis);

@@ -20,6 +20,9 @@ export interface GroupFactsSnapshot {
   groups: GroupFacts[];
 }
 
+/** How long all members of a group must have been gone before it counts as stale (pruning, retention), by default. */
+export const DEFAULT_STALE_GROUP_MS = 24 * 60 * 60 * 1000;
+
 /**
  * The one rule for a stale group: no live member, and the latest heartbeat
  * older than `staleMs`, both on the Redis clock. A stale group no longer holds

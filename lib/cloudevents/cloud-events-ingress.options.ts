@@ -50,7 +50,7 @@ export const CLOUD_EVENTS_INGRESS_DEFAULTS = Object.freeze({
   dedupWindowMs: 3_600_000,
 });
 
-const KNOWN = ['path', 'auth', 'trustProxy', 'maxBatchSize', 'dedupWindowMs'];
+export const KNOWN = ['path', 'auth', 'trustProxy', 'maxBatchSize', 'dedupWindowMs'];
 const PATH = /^(\/[A-Za-z0-9._~-]+)+$/;
 const TOKEN = /^\S+$/;
 

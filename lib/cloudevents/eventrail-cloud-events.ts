@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import type { EventrailMessage } from '../events/eventrail-message';
-import type { ResolvedEventrailOptions } from '../module/eventrail.options';
+import type { CloudEventsView } from './cloud-events-source.options';
 import { EventrailPublisher, type PublishResult } from '../publisher/eventrail.publisher';
 import { fromCloudEvent, fromCloudEvents, toCloudEvent, type CloudEventPublishInput, type EventrailCloudEvent } from './cloud-event.codec';
 
@@ -13,7 +13,7 @@ import { fromCloudEvent, fromCloudEvents, toCloudEvent, type CloudEventPublishIn
 export class EventrailCloudEvents {
   constructor(
     private readonly publisher: EventrailPublisher,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: CloudEventsView,
   ) {}
 
   /** The CloudEvent of a message, with `source` from `cloudEvents.source` (unless it came in as a CloudEvent with its own). */

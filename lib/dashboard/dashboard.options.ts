@@ -72,7 +72,7 @@ export interface ResolvedDashboardOptions {
 
 export const DASHBOARD_DEFAULTS = Object.freeze({ path: '/eventrail', readOnly: false, trustProxy: false, refreshMs: 2000 });
 
-const KNOWN = ['path', 'auth', 'readOnly', 'cors', 'trustProxy', 'refreshMs'] as const;
+export const KNOWN = ['path', 'auth', 'readOnly', 'cors', 'trustProxy', 'refreshMs'] as const;
 const PATH = /^(\/[A-Za-z0-9._~-]+)+$/;
 const ORIGIN = /^https?:\/\/[^/\s]+$/;
 /** What a bearer header can carry: a token with whitespace could never be presented. */

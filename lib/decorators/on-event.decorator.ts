@@ -1,21 +1,10 @@
-import { ON_EVENT_METADATA } from '../config/eventrail.constants';
-import type { ConsumerOptions } from '../module/eventrail.options';
+import type { BatchOptions, ConsumerOptions } from '../consumer/consumer.options';
 import type { EventRef } from '../events/event-definition';
 
-/** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */
-export interface BatchOptions {
-  /**
-   * Most messages per call.
-   * @default 100
-   */
-  maxSize?: number;
-  /**
-   * When a read brings fewer than `maxSize` messages, how long to wait for more before calling the
-   * handler (the blocking read's timeout: nothing polls). 0 calls it with what one read brought.
-   * @default 0
-   */
-  maxWaitMs?: number;
-}
+export type { BatchOptions };
+
+/** Metadata key under which `@OnEvent` records its declarations on a class. */
+export const ON_EVENT_METADATA = 'eventrail:on-event';
 
 export interface OnEventGroupOptions extends ConsumerOptions {
   /** Consumer group name: every group sees every event. */

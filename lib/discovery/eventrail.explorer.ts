@@ -4,10 +4,10 @@ import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js'
 import { EventrailConsumers } from '../consumer/lifecycle/eventrail-consumers';
 import type { GroupPlan, HandlerBinding } from '../consumer/handling/group-plan';
 import { batchBinding } from '../consumer/handling/batch-binding';
-import type { OnEventDeclaration } from '../decorators/on-event.decorator';
-import { EVENTRAIL_OPTIONS, ON_EVENT_METADATA } from '../config/eventrail.constants';
+import { ON_EVENT_METADATA, type OnEventDeclaration } from '../decorators/on-event.decorator';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import type { EventrailMessage } from '../events/eventrail-message';
-import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ResolvedEventrailOptions } from '../module/eventrail.options';
+import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ConsumersView } from '../consumer/consumer.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../events/validate-event';
@@ -31,7 +31,7 @@ export class EventrailExplorer implements OnModuleInit {
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly consumers: EventrailConsumers,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: ConsumersView,
   ) {}
 
   onModuleInit(): void {

@@ -49,7 +49,7 @@ export interface EventrailHealthOptions {
   maxOutboxAgeMs?: number;
 }
 
-const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs', 'maxOutboxAgeMs'] as const;
+export const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs', 'maxOutboxAgeMs'] as const;
 const TIMED_OUT = Symbol('timed out');
 
 interface Inspection {

@@ -1,5 +1,7 @@
 import { Logger } from '@nestjs/common';
+import { InvalidOptionError } from '../errors/invalid-option.error';
 import { describeError, errorStack } from '../util/describe-error';
+import { checkObject } from '../util/option-checks';
 
 /** Why an entry was passed over without a handler call. */
 export type SkipReason = 'duplicate' | 'no-handler';
@@ -57,4 +59,14 @@ export class MetricsHooks {
       this.logger.error(`metrics.${hook} threw (reported once, consuming goes on): ${describeError(error)}`, errorStack(error));
     }
   }
+}
+
+/** Validates the module option `metrics` (every hook given is a function); `{}` when left out. */
+export function resolveMetricsOption(metrics: EventrailMetrics | undefined): EventrailMetrics {
+  const hooks = metrics ?? {};
+  checkObject('metrics', hooks, 'an object of hook functions');
+  for (const [name, hook] of Object.entries(hooks)) {
+    if (hook !== undefined && typeof hook !== 'function') throw new InvalidOptionError(`metrics.${name}`, hook, 'a function');
+  }
+  return hooks;
 }

@@ -71,9 +71,9 @@ export const OUTBOX_DEFAULTS = {
   keyLocks: true,
 } as const;
 
-const OPTION_NAMES = ['connector', 'relay', 'inbox', 'ensureSchema', 'outboxTable', 'inboxTable', 'keyLocks', 'isGlobal'];
-const RELAY_OPTION_NAMES = ['enabled', 'batchSize', 'pollIntervalMs', 'retryBackoffMs', 'retryBackoffMaxMs'];
-const INBOX_OPTION_NAMES = ['retentionMs', 'pruneIntervalMs'];
+export const OPTION_NAMES = ['connector', 'relay', 'inbox', 'ensureSchema', 'outboxTable', 'inboxTable', 'keyLocks', 'isGlobal'];
+export const RELAY_OPTION_NAMES = ['enabled', 'batchSize', 'pollIntervalMs', 'retryBackoffMs', 'retryBackoffMaxMs'];
+export const INBOX_OPTION_NAMES = ['retentionMs', 'pruneIntervalMs'];
 /** Unquoted PostgreSQL identifiers, optionally schema-qualified: nothing to escape, and what `\d` shows. */
 const TABLE_PATTERN = /^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$/;
 

@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
-import type { Durability, ResolvedEventrailOptions } from '../module/eventrail.options';
+import type { Durability } from '../redis/connection.options';
+import type { PublisherView } from './publisher.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidEventDataError } from '../errors/invalid-event-data.error';
 import { InvalidHeadersError } from '../errors/invalid-headers.error';
@@ -108,7 +109,7 @@ export class EventrailPublisher {
 
   constructor(
     private readonly redis: EventrailRedis,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: PublisherView,
   ) {
     this.appends = new AppendCoalescer<Prepared>(
       (p) => this.redis.scripts.append(p.partition, p.fields),

@@ -1,13 +1,7 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
-import {
-  ClusterConnection,
-  isClusterConnection,
-  isSentinelConnection,
-  ResolvedEventrailOptions,
-  SentinelConnection,
-} from '../module/eventrail.options';
+import { ClusterConnection, isClusterConnection, isSentinelConnection, RedisView, SentinelConnection } from './connection.options';
 import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
 import { RedisTlsError } from '../errors/redis-tls.error';
@@ -59,7 +53,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   private readonly probe = new ServerProbe();
   private prepared?: Promise<void>;
 
-  constructor(@Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions) {
+  constructor(@Inject(EVENTRAIL_OPTIONS) private readonly options: RedisView) {
     this.keys = new EventrailKeys(options.prefix, options.partitions);
     const { redis } = options;
     if (isClient(redis)) {

@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { DEFAULT_STALE_GROUP_MS } from '../config/eventrail.constants';
-import { checkBoolean, checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
+import { DEFAULT_STALE_GROUP_MS } from '../admin/group-facts.reader';
+import { checkBoolean, checkInteger, checkObject, optionalInteger, optionNames, rejectUnknownKeys } from '../util/option-checks';
 
 /** Archive to a directory: one gzipped JSONL file per id range. */
 export interface FsArchiveOptions {
@@ -134,30 +134,29 @@ const DURATION = /^(\d+)\s*(ms|s|m|h|d)$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const CRON_FIELD = /^[0-9A-Za-z*/,?#LW-]+$/;
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
-// Records of each interface's keys, so an option added to an interface and not here fails the build.
-const KNOWN = Object.keys({
-  enabled: true,
-  every: true,
-  maxLen: true,
-  maxAgeMs: true,
-  approximate: true,
-  deadLetterMaxLen: true,
-  staleGroupMs: true,
-  archive: true,
-  allowUnarchivedTrim: true,
-} satisfies Record<keyof RetentionOptions, true>);
-const KNOWN_FS = Object.keys({ driver: true, dir: true, maxEntriesPerObject: true } satisfies Record<keyof FsArchiveOptions, true>);
-const KNOWN_S3 = Object.keys({
-  driver: true,
-  bucket: true,
-  prefix: true,
-  region: true,
-  endpoint: true,
-  credentials: true,
-  forcePathStyle: true,
-  maxEntriesPerObject: true,
-} satisfies Record<keyof S3ArchiveOptions, true>);
-const KNOWN_DRIVER_OPTIONS = [...new Set([...KNOWN_FS, ...KNOWN_S3])];
+export const RETENTION_OPTION_NAMES = optionNames<RetentionOptions>()([
+  'enabled',
+  'every',
+  'maxLen',
+  'maxAgeMs',
+  'approximate',
+  'deadLetterMaxLen',
+  'staleGroupMs',
+  'archive',
+  'allowUnarchivedTrim',
+]);
+export const FS_ARCHIVE_OPTION_NAMES = optionNames<FsArchiveOptions>()(['driver', 'dir', 'maxEntriesPerObject']);
+export const S3_ARCHIVE_OPTION_NAMES = optionNames<S3ArchiveOptions>()([
+  'driver',
+  'bucket',
+  'prefix',
+  'region',
+  'endpoint',
+  'credentials',
+  'forcePathStyle',
+  'maxEntriesPerObject',
+]);
+const KNOWN_DRIVER_OPTIONS = [...new Set([...FS_ARCHIVE_OPTION_NAMES, ...S3_ARCHIVE_OPTION_NAMES])];
 
 /** Applies the defaults of `retention` once and validates it, naming the option that is wrong. */
 export function resolveRetentionOptions(
@@ -166,7 +165,7 @@ export function resolveRetentionOptions(
 ): ResolvedRetentionOptions | undefined {
   if (options === undefined) return undefined;
   checkObject('retention', options, 'an object of retention options');
-  rejectUnknownKeys('retention', options, KNOWN);
+  rejectUnknownKeys('retention', options, RETENTION_OPTION_NAMES);
   const enabled = checkBoolean('retention.enabled', options.enabled);
   const maxLen = optionalInteger('retention.maxLen', options.maxLen, 0, Number.MAX_SAFE_INTEGER);
   const maxAgeMs = optionalInteger('retention.maxAgeMs', options.maxAgeMs, 1, 100 * MAX_MS);
@@ -220,14 +219,14 @@ function resolveArchive(archive: ArchiveOptions, env: NodeJS.ProcessEnv): Resolv
     optionalInteger('retention.archive.maxEntriesPerObject', archive.maxEntriesPerObject, 1, 1_000_000) ??
     RETENTION_DEFAULTS.maxEntriesPerObject;
   if (archive.driver === 'fs') {
-    rejectUnknownKeys('retention.archive', archive, KNOWN_FS);
+    rejectUnknownKeys('retention.archive', archive, FS_ARCHIVE_OPTION_NAMES);
     if (typeof archive.dir !== 'string' || archive.dir.trim() === '') {
       throw new InvalidOptionError('retention.archive.dir', archive.dir, 'a directory path');
     }
     return { driver: 'fs', dir: archive.dir, maxEntriesPerObject };
   }
   if (archive.driver === 's3') {
-    rejectUnknownKeys('retention.archive', archive, KNOWN_S3);
+    rejectUnknownKeys('retention.archive', archive, S3_ARCHIVE_OPTION_NAMES);
     if (typeof archive.bucket !== 'string' || !BUCKET.test(archive.bucket)) {
       throw new InvalidOptionError(
         'retention.archive.bucket',

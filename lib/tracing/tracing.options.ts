@@ -1,4 +1,4 @@
-import { checkBoolean, checkObject, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
 
 /**
  * OpenTelemetry spans around publishing and handling. Used only when
@@ -24,7 +24,7 @@ export type ResolvedTracingOptions = Required<TracingOptions>;
 
 export const TRACING_DEFAULTS: ResolvedTracingOptions = Object.freeze({ enabled: true, parent: false });
 
-const TRACING_OPTION_NAMES = Object.keys(TRACING_DEFAULTS);
+export const TRACING_OPTION_NAMES = optionNames<TracingOptions>()(['enabled', 'parent']);
 
 export function resolveTracingOptions(options: TracingOptions | undefined): ResolvedTracingOptions {
   if (options === undefined) return TRACING_DEFAULTS;

@@ -95,3 +95,15 @@ function listChoices(allowed: readonly unknown[]): string {
   const quoted = allowed.map((choice) => `'${String(choice)}'`);
   return quoted.length < 2 ? quoted.join('') : `${quoted.slice(0, -1).join(', ')} or ${quoted[quoted.length - 1]}`;
 }
+
+/**
+ * The option names of an options interface `T`, written once: `optionNames<TracingOptions>()(['enabled',
+ * 'parent'])`. The build fails when the list names a key `T` does not have, or leaves one of its keys out,
+ * so a list made this way can back the unknown-key check, the defaults, the typo tests and the docs test.
+ */
+export function optionNames<T>() {
+  return <const N extends ReadonlyArray<keyof T & string>>(names: N & ListsEvery<keyof T & string, N[number]>): N => names;
+}
+
+/** `unknown` (no constraint) when `Listed` covers `Keys`; otherwise a shape the list lacks, naming what is missing. */
+type ListsEvery<Keys, Listed> = [Exclude<Keys, Listed>] extends [never] ? unknown : { missingOptionNames: Exclude<Keys, Listed> };

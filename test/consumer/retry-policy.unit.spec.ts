@@ -1,5 +1,5 @@
 import { DEFAULT_CONSUMER_OPTIONS, InvalidOptionError, NonRetryableError } from '../../lib';
-import { resolveConsumerOptions } from '../../lib/module/eventrail.options';
+import { resolveConsumerOptions } from '../../lib/consumer/consumer.options';
 import { retryVerdict, type RetryLimits } from '../../lib/consumer/handling/retry-policy';
 
 const NO_JITTER = (): number => 1; // the full exponential delay

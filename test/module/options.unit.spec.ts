@@ -1,5 +1,6 @@
 import { DEFAULT_CONSUMER_OPTIONS, InvalidOptionError } from '../../lib';
-import { resolveConsumerOptions, resolveModuleOptions } from '../../lib/module/eventrail.options';
+import { resolveConsumerOptions } from '../../lib/consumer/consumer.options';
+import { resolveModuleOptions } from '../../lib/module/eventrail.options';
 
 describe('resolveModuleOptions', () => {
   it('applies defaults and environment fallbacks', () => {

@@ -1,4 +1,4 @@
-import type { InitialOffset } from '../../module/eventrail.options';
+import type { InitialOffset } from '../consumer.options';
 import { offsetBeforeTime, previousStreamId } from '../../wire/stream-id';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
 

@@ -1,5 +1,5 @@
 import type { EventrailMessage } from '../../events/eventrail-message';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import { EventValidationError } from '../../errors/event-validation.error';
 import type { RawEntry } from '../../wire/codec';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
 import { NonRetryableError } from '../../errors/non-retryable.error';
 import { decodePayload, type MalformedEntry, type RawEntry } from '../../wire/codec';

@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 
 /** A batch handler's sizing, resolved from `@OnEvent(..., { batch })`. */
 export interface ResolvedBatchOptions {

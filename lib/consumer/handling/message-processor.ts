@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
 import { CrashLoopError } from '../../errors/crash-loop.error';
 import { DecodeError } from '../../errors/decode.error';

@@ -1,5 +1,5 @@
 import { NonRetryableError } from '../../errors/non-retryable.error';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import { isInstanceOf } from '../../util/describe-error';
 import { retryDelayMs } from '../../util/backoff';
 

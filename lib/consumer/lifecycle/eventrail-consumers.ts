@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } f
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { EVENTRAIL_OPTIONS } from '../../config/eventrail.constants';
-import type { ResolvedEventrailOptions } from '../../module/eventrail.options';
+import type { ConsumersView } from '../consumer.options';
 import { EventrailRedis } from '../../redis/eventrail-redis';
 import { describeError } from '../../util/describe-error';
 import { GroupConsumer } from './group-consumer';
@@ -12,7 +12,7 @@ import type { GroupStats } from '../pipeline/group-stats';
 import type { WorkerIdentity } from '../coordination/membership';
 import { RebalanceSignal } from '../coordination/rebalance-signal';
 import { MetricsHooks } from '../../metrics/eventrail-metrics';
-import { traceDeadLetters, traceHandlers } from '../../tracing/process-tracing';
+import { traceDeadLetters, traceHandlers, type ProcessTracingConfig } from '../../tracing/process-tracing';
 import { checkInteger, checkObject, rejectUnknownKeys } from '../../util/option-checks';
 import { waitUntilSettled } from './settle-watch';
 
@@ -46,7 +46,7 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
 
   constructor(
     private readonly redis: EventrailRedis,
-    @Inject(EVENTRAIL_OPTIONS) private readonly options: ResolvedEventrailOptions,
+    @Inject(EVENTRAIL_OPTIONS) private readonly options: ConsumersView & ProcessTracingConfig,
   ) {
     this.signal = new RebalanceSignal(redis);
     this.metrics = new MetricsHooks(options.metrics);

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
 import { readLag } from '../coordination/lag';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';

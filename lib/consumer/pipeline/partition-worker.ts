@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
-import type { ResolvedConsumerOptions } from '../../module/eventrail.options';
+import type { ResolvedConsumerOptions } from '../consumer.options';
 import { EntryOrigin, isMalformed, MalformedEntry, RawEntry } from '../../wire/codec';
 import { compareStreamIds } from '../../wire/stream-id';
 import { BLOCK_MS } from '../../redis/stream-read';

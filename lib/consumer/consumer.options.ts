@@ -1,0 +1,278 @@
+import type { ResolvedLogOptions } from '../config/log.options';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import type { EventrailMetrics } from '../metrics/eventrail-metrics';
+import type { ResolvedConnectionOptions } from '../redis/connection.options';
+import { checkBoolean, checkInteger, checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { isStreamId } from '../wire/stream-id';
+
+/** Where a group starts reading when it has no committed offset yet. */
+export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
+
+/** Options of one consumer group. Set them module-wide under `consumer`, per group under `groups.<name>`, or in `@OnEvent`. */
+export interface ConsumerOptions {
+  /**
+   * Handler calls in flight at once in this process for the group, across its
+   * partitions. Events with the same key never run at the same time.
+   * @default 1
+   */
+  concurrency?: number;
+  /**
+   * Entries read from a partition per round trip, and handled between two commits.
+   * @default 200
+   */
+  batchSize?: number;
+  /**
+   * While a partition is behind (a read came back full), read its next batches with a script that packs
+   * them into one reply on Redis's side: the consumer decodes a fraction of the RESP values and drains
+   * a backlog about twice as fast, for about four times the Redis CPU per event while it catches up.
+   * Caught-up consumers wait in `XREAD BLOCK` either way. Turn it off where Redis CPU is the scarcer resource.
+   * @default true
+   */
+  packedBacklogReads?: boolean;
+  /**
+   * Lease TTL of a (group, partition). Renewed every third of it while the worker lives;
+   * a crashed worker's partitions are taken over after it.
+   * @default 30000
+   */
+  lockTtlMs?: number;
+  /**
+   * Membership heartbeat TTL. A worker that has not heartbeated for this long stops counting
+   * in the fair share.
+   * @default 30000
+   */
+  heartbeatTtlMs?: number;
+  /**
+   * On shutdown, how long to wait for running handlers before committing what is done and leaving.
+   * @default 10000
+   */
+  shutdownTimeoutMs?: number;
+  /**
+   * Where a group with no committed offset starts. Applied once, when the group first reads a partition.
+   * @default { mode: 'fromStart' }
+   */
+  initialOffset?: InitialOffset;
+  /**
+   * Retries of a failing handler, in place, before the message is given up.
+   * Where `maxRetryAgeMs` is set without `maxRetries` next to it (in the same options object), the count
+   * is unlimited and the time budget alone decides.
+   * @default 5
+   */
+  maxRetries?: number;
+  /**
+   * Retry by time: a failing message is retried (with the capped backoff, the partition waiting) until it
+   * has been failing for this long, then given up (`retries-exhausted`). With `maxRetries` set as well,
+   * whichever limit comes first. 0 turns it off (count-based retries only, as the original eventrail).
+   * @default 0
+   */
+  maxRetryAgeMs?: number;
+  /**
+   * First retry delay; doubles on every retry, with jitter.
+   * @default 1000
+   */
+  retryBackoffMs?: number;
+  /**
+   * Upper bound of the retry delay.
+   * @default 30000
+   */
+  retryBackoffMaxMs?: number;
+  /**
+   * Deliveries of one entry by workers that then died (a message that crashes the process) before it is
+   * dead-lettered unhandled. Counted only when a worker takes over a partition whose lease expired.
+   * @default 10
+   */
+  maxDeliveries?: number;
+  /**
+   * A handler that has not settled after this long counts as a failed attempt (`HandlerTimeoutError`).
+   * It is not cancelled. 0 turns the timeout off.
+   * @default 0
+   */
+  handlerTimeoutMs?: number;
+  /**
+   * Record every handled event id with the offset commit, and skip an event whose id is already recorded
+   * (a redelivery after a crash, or the same event published twice).
+   * @default false
+   */
+  enableIdempotency?: boolean;
+  /**
+   * How long an idempotency record is kept.
+   * @default 86400000 (24 h)
+   */
+  idempotencyTtlMs?: number;
+}
+
+export type ResolvedConsumerOptions = Required<ConsumerOptions>;
+/** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */
+export interface BatchOptions {
+  /**
+   * Most messages per call.
+   * @default 100
+   */
+  maxSize?: number;
+  /**
+   * When a read brings fewer than `maxSize` messages, how long to wait for more before calling the
+   * handler (the blocking read's timeout: nothing polls). 0 calls it with what one read brought.
+   * @default 0
+   */
+  maxWaitMs?: number;
+}
+
+/** The module options about the consumers of this process: defaults for every group, overrides per group. */
+export interface ConsumersOptions {
+  /** Defaults for every consumer group. */
+  consumer?: ConsumerOptions;
+  /** Overrides per group name. */
+  groups?: Record<string, ConsumerOptions>;
+  /**
+   * Start the consumers when the application bootstraps. With `false`, call `EventrailConsumers.start()`.
+   * @default true
+   */
+  autoStart?: boolean;
+}
+
+export interface ResolvedConsumersOptions {
+  consumer: ResolvedConsumerOptions;
+  groups: Record<string, ConsumerOptions>;
+  autoStart: boolean;
+}
+
+export const CONSUMER_OPTION_NAMES = optionNames<ConsumerOptions>()([
+  'concurrency',
+  'batchSize',
+  'packedBacklogReads',
+  'lockTtlMs',
+  'heartbeatTtlMs',
+  'shutdownTimeoutMs',
+  'initialOffset',
+  'maxRetries',
+  'maxRetryAgeMs',
+  'retryBackoffMs',
+  'retryBackoffMaxMs',
+  'maxDeliveries',
+  'handlerTimeoutMs',
+  'enableIdempotency',
+  'idempotencyTtlMs',
+]);
+export const BATCH_OPTION_NAMES = optionNames<BatchOptions>()(['maxSize', 'maxWaitMs']);
+export const CONSUMERS_OPTION_NAMES = optionNames<ConsumersOptions>()(['consumer', 'groups', 'autoStart']);
+
+/** The defaults of every consumer option, keyed as `CONSUMER_OPTION_NAMES` lists them (the type asks for all). */
+export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
+  concurrency: 1,
+  batchSize: 200,
+  packedBacklogReads: true,
+  lockTtlMs: 30_000,
+  heartbeatTtlMs: 30_000,
+  shutdownTimeoutMs: 10_000,
+  initialOffset: { mode: 'fromStart' } as InitialOffset,
+  maxRetries: 5,
+  maxRetryAgeMs: 0,
+  retryBackoffMs: 1_000,
+  retryBackoffMaxMs: 30_000,
+  maxDeliveries: 10,
+  handlerTimeoutMs: 0,
+  enableIdempotency: false,
+  idempotencyTtlMs: 86_400_000,
+});
+
+/** Defaults of `batch` in `@OnEvent` options (see `BatchOptions`). */
+export const DEFAULT_BATCH_OPTIONS: Readonly<Required<BatchOptions>> = Object.freeze({ maxSize: 100, maxWaitMs: 0 });
+
+export const CONSUMERS_DEFAULTS = Object.freeze({ autoStart: true });
+
+/** What the consumers (`EventrailConsumers`, the explorer) read of the resolved module options; tracing adds its own. */
+export type ConsumersView = ResolvedLogOptions &
+  ResolvedConsumersOptions &
+  Pick<ResolvedConnectionOptions, 'allowDegradedStart'> & { metrics: EventrailMetrics };
+
+const GROUP_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+/** Resolves `consumer` and validates every `groups.<name>` over it. */
+export function resolveConsumersOptions(options: ConsumersOptions): ResolvedConsumersOptions {
+  const consumer = resolveConsumerOptions('consumer', options.consumer, DEFAULT_CONSUMER_OPTIONS);
+  const groups = options.groups ?? {};
+  checkObject('groups', groups, 'an object of group name to consumer options');
+  for (const [name, groupOptions] of Object.entries(groups)) {
+    validateGroupName(`groups.${name}`, name);
+    resolveConsumerOptions(`groups.${name}`, groupOptions, consumer);
+  }
+  return { consumer, groups, autoStart: checkBoolean('autoStart', options.autoStart ?? CONSUMERS_DEFAULTS.autoStart) };
+}
+
+/** Merges `overrides` over `base` and validates the result; `path` names the options in errors. */
+export function resolveConsumerOptions(
+  path: string,
+  overrides: ConsumerOptions | undefined,
+  base: ResolvedConsumerOptions,
+): ResolvedConsumerOptions {
+  if (overrides === undefined) return base;
+  checkObject(path, overrides, 'an object of consumer options');
+  // `group` is allowed but not offered: it names the group in `@OnEvent` options, next to these.
+  rejectUnknownKeys(path, overrides, CONSUMER_OPTION_NAMES, ['group']);
+  const merged: ResolvedConsumerOptions = { ...base };
+  for (const key of CONSUMER_OPTION_NAMES) {
+    const value = overrides[key];
+    if (value !== undefined) (merged as unknown as Record<string, unknown>)[key] = value;
+  }
+  // A time budget given without a count: the count no longer limits (see `maxRetries`).
+  if (overrides.maxRetryAgeMs !== undefined && overrides.maxRetries === undefined && overrides.maxRetryAgeMs !== 0) {
+    merged.maxRetries = Number.POSITIVE_INFINITY;
+  }
+  checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
+  checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
+  checkBoolean(`${path}.packedBacklogReads`, merged.packedBacklogReads);
+  checkInteger(`${path}.lockTtlMs`, merged.lockTtlMs, 300, 3_600_000);
+  checkInteger(`${path}.heartbeatTtlMs`, merged.heartbeatTtlMs, 300, 3_600_000);
+  checkInteger(`${path}.shutdownTimeoutMs`, merged.shutdownTimeoutMs, 0, 3_600_000);
+  // Unlimited only by the rule above (or inherited from it); a count given is an integer.
+  if (overrides.maxRetries !== undefined || merged.maxRetries !== Number.POSITIVE_INFINITY) {
+    checkInteger(`${path}.maxRetries`, merged.maxRetries, 0, 1_000);
+  }
+  checkInteger(`${path}.maxRetryAgeMs`, merged.maxRetryAgeMs, 0, 30 * 86_400_000);
+  checkInteger(`${path}.retryBackoffMs`, merged.retryBackoffMs, 0, 3_600_000);
+  checkInteger(`${path}.retryBackoffMaxMs`, merged.retryBackoffMaxMs, 0, 86_400_000);
+  checkInteger(`${path}.maxDeliveries`, merged.maxDeliveries, 1, 1_000);
+  checkInteger(`${path}.handlerTimeoutMs`, merged.handlerTimeoutMs, 0, 86_400_000);
+  checkBoolean(`${path}.enableIdempotency`, merged.enableIdempotency);
+  checkInteger(`${path}.idempotencyTtlMs`, merged.idempotencyTtlMs, 1_000, 365 * 86_400_000);
+  validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
+  return merged;
+}
+
+export function validateGroupName(path: string, name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !GROUP_PATTERN.test(name)) {
+    throw new InvalidOptionError(path, name, 'a group name of letters, digits, ".", "_" or "-", 1 to 100 characters');
+  }
+}
+
+function validateInitialOffset(path: string, offset: InitialOffset): void {
+  const modes = "{ mode: 'fromStart' | 'fromEnd' } | { mode: 'fromId', id: '<ms>-<seq>' } | { mode: 'fromTime', time: Date }";
+  checkObject(path, offset, modes);
+  switch (offset.mode) {
+    case 'fromStart':
+    case 'fromEnd':
+      return;
+    case 'fromId':
+      if (typeof offset.id !== 'string' || !isStreamId(offset.id)) {
+        throw new InvalidOptionError(`${path}.id`, offset.id, 'a stream id such as "1700000000000-0"');
+      }
+      return;
+    case 'fromTime':
+      if (!(offset.time instanceof Date) || Number.isNaN(offset.time.getTime()) || offset.time.getTime() < 0) {
+        throw new InvalidOptionError(`${path}.time`, offset.time, 'a valid Date');
+      }
+      return;
+    default:
+      throw new InvalidOptionError(`${path}.mode`, (offset as { mode: unknown }).mode, modes);
+  }
+}
+
+/** Validates `batch` of an `@OnEvent` and applies its defaults; `path` names it in errors. */
+export function resolveBatchOptions(path: string, batch: unknown): { maxSize: number; maxWaitMs: number } {
+  checkObject(path, batch, 'an object: { maxSize?, maxWaitMs? }');
+  rejectUnknownKeys(path, batch, BATCH_OPTION_NAMES);
+  const given = batch as { maxSize?: unknown; maxWaitMs?: unknown };
+  return {
+    maxSize: checkInteger(`${path}.maxSize`, given.maxSize ?? DEFAULT_BATCH_OPTIONS.maxSize, 1, 10_000),
+    maxWaitMs: checkInteger(`${path}.maxWaitMs`, given.maxWaitMs ?? DEFAULT_BATCH_OPTIONS.maxWaitMs, 0, 60_000),
+  };
+}

@@ -1,0 +1,37 @@
+import type { ResolvedLogOptions } from '../config/log.options';
+import type { ResolvedConnectionOptions } from '../redis/connection.options';
+import type { ResolvedTracingOptions } from '../tracing/tracing.options';
+import { checkInteger, optionNames } from '../util/option-checks';
+
+/** The module options about what `publish` accepts and how it appends. */
+export interface PublisherOptions {
+  /**
+   * Largest accepted `data`, in bytes of its JSON.
+   * @default 1048576
+   */
+  maxPayloadBytes?: number;
+  /**
+   * Producer dedup: a publish with an explicit `id` appends once per id (and partition) within this window,
+   * however often it is called; later calls return the first append's offset. 0 turns dedup off.
+   * @default 0
+   */
+  dedupWindowMs?: number;
+}
+
+export type ResolvedPublisherOptions = Required<PublisherOptions>;
+
+export const PUBLISHER_OPTION_NAMES = optionNames<PublisherOptions>()(['maxPayloadBytes', 'dedupWindowMs']);
+
+export const PUBLISHER_DEFAULTS: ResolvedPublisherOptions = Object.freeze({ maxPayloadBytes: 1024 * 1024, dedupWindowMs: 0 });
+
+/** What `EventrailPublisher` reads of the resolved module options. */
+export type PublisherView = ResolvedLogOptions &
+  ResolvedPublisherOptions &
+  Pick<ResolvedConnectionOptions, 'durability' | 'replication'> & { tracing: ResolvedTracingOptions };
+
+export function resolvePublisherOptions(options: PublisherOptions): ResolvedPublisherOptions {
+  return {
+    maxPayloadBytes: checkInteger('maxPayloadBytes', options.maxPayloadBytes ?? PUBLISHER_DEFAULTS.maxPayloadBytes, 1, 512 * 1024 * 1024),
+    dedupWindowMs: checkInteger('dedupWindowMs', options.dedupWindowMs ?? PUBLISHER_DEFAULTS.dedupWindowMs, 0, 30 * 86_400_000),
+  };
+}
