@@ -73,12 +73,13 @@ export { DashboardAuthDisabledError } from './dashboard/errors/dashboard-auth-di
 export { DashboardAuthRequiredError } from './dashboard/errors/dashboard-auth-required.error';
 
 // CloudEvents and tracing
-export { CLOUD_EVENT_HEADERS, fromCloudEvent, HEADERS_EXTENSION, toCloudEvent } from './cloudevents/cloud-event.codec';
+export { CLOUD_EVENT_HEADERS, cloudEventId, fromCloudEvent, HEADERS_EXTENSION, toCloudEvent } from './cloudevents/cloud-event.codec';
 export type { CloudEventPublishInput, EventrailCloudEvent } from './cloudevents/cloud-event.codec';
 export { EventrailCloudEvents } from './cloudevents/eventrail-cloud-events';
 export { EventrailCloudEventsModule } from './cloudevents/eventrail-cloud-events.module';
 export { EventrailCloudEventsController } from './cloudevents/eventrail-cloud-events.controller';
 export type { EventrailCloudEventsOptions } from './cloudevents/cloud-events-ingress.options';
+export { CloudEventsRequestTooLargeError } from './cloudevents/errors/cloud-events-request-too-large.error';
 export { IngressAuthRequiredError } from './cloudevents/errors/ingress-auth-required.error';
 export { InvalidCloudEventError } from './cloudevents/errors/invalid-cloud-event.error';
 export type { TracingOptions } from './tracing/tracing.options';

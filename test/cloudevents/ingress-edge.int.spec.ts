@@ -41,7 +41,7 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress at the HTTP 
   });
   afterAll(() => redis.quit());
 
-  async function boot(moduleOptions: Record<string, unknown> = {}): Promise<void> {
+  async function boot(moduleOptions: Record<string, unknown> = {}, globalPrefix?: string): Promise<void> {
     prefix = uniquePrefix('ce-edge');
     const moduleRef = await Test.createTestingModule({
       imports: [
@@ -53,12 +53,19 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress at the HTTP 
       platform === 'fastify'
         ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false })
         : moduleRef.createNestApplication({ logger: false });
+    if (globalPrefix) app.setGlobalPrefix(globalPrefix);
     await app.listen(0, '127.0.0.1');
-    url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}/cloudevents`;
+    url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}${globalPrefix ? `/${globalPrefix}` : ''}/cloudevents`;
   }
 
-  async function post(headers: Record<string, string>, body: string | Buffer): Promise<Reply> {
-    const response = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, ...headers }, body });
+  async function post(headers: Record<string, string>, body: string | Buffer | ReadableStream<Uint8Array>): Promise<Reply> {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, ...headers },
+      body,
+      // A stream goes without Content-Length, in chunks.
+      ...(body instanceof ReadableStream ? { duplex: 'half' } : {}),
+    } as RequestInit);
     const text = await response.text();
     let parsed: Reply['body'];
     try {
@@ -235,7 +242,41 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress at the HTTP 
       });
       expect(reply.body.message).not.toContain(String(16 * 1024 * 1024));
     }
+    // Sent in chunks, without Content-Length: refused at the limit all the same.
+    const chunk = new TextEncoder().encode('z'.repeat(64 * 1024));
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent++ < 8) controller.enqueue(chunk);
+        else controller.close();
+      },
+    });
+    const chunked = await post(binary('chunked', { 'content-type': 'text/plain' }), stream);
+    expect(chunked).toEqual({
+      status: 413,
+      body: { statusCode: 413, error: 'CloudEventsRequestTooLargeError', message: expect.stringContaining(String(max)) },
+    });
     expect(await entries()).toEqual([]);
+  });
+
+  it('with the default limit, a 17 MiB request is refused naming the request limit and maxPayloadBytes as configured', async () => {
+    await boot();
+    const event = { specversion: '1.0', id: 'huge', source: 'urn:edge', type: 'edge.tested', data: 'h'.repeat(17 * 1024 * 1024) };
+    const reply = await post({ 'content-type': 'application/cloudevents+json' }, JSON.stringify(event));
+    expect(reply).toEqual({
+      status: 413,
+      body: {
+        statusCode: 413,
+        error: 'CloudEventsRequestTooLargeError',
+        message: expect.stringMatching(/over the ingress's limit of 1114112 bytes \(maxPayloadBytes, 1048576, plus 65536/),
+      },
+    });
+  });
+
+  it('under a global prefix, the ingress reads its bodies itself all the same', async () => {
+    await boot({}, 'api');
+    expect((await post(binary('prefixed', { 'content-type': 'application/json' }), '42')).status).toBe(202);
+    expect((await entries()).map((e) => e.data)).toEqual([42]);
   });
 
   it('a batch that failed partway appends each event once when retried (unique by source + id)', async () => {
