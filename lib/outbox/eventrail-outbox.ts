@@ -7,6 +7,8 @@ import type { EventRef } from '../events/event-definition';
 import { publishedEventNames } from '../events/published-event';
 import { EventrailPublisher, type PublishedData } from '../publisher/eventrail.publisher';
 import { describeError } from '../util/describe-error';
+import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import type { ResolvedLogOptions } from '../config/log.options';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
 import { KEY_LOCK_NAMESPACE, qualified } from './outbox-schema';
@@ -61,6 +63,7 @@ export class EventrailOutbox {
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
     private readonly publisher: EventrailPublisher,
+    @Inject(EVENTRAIL_OPTIONS) private readonly eventrail: Pick<ResolvedLogOptions, 'prefix'>,
   ) {}
 
   /**
@@ -89,6 +92,7 @@ export class EventrailOutbox {
     const column = (pick: (row: StagedRow) => unknown): unknown[] => rows.map(pick);
     if (keyLocks) params.push(column((r) => `${outboxTable}|${r.lock}`));
     params.push(
+      this.eventrail.prefix,
       column((r) => r.eventId),
       column((r) => r.event),
       column((r) => r.key),
@@ -135,7 +139,7 @@ function json(event: string, value: unknown): string {
 
 /**
  * One multi-row insert from arrays (one parameter per column, whatever the
- * batch size). With key locks, a CTE first takes a transaction advisory lock
+ * batch size), each row marked with the log it belongs to. With key locks, a CTE first takes a transaction advisory lock
  * per distinct key, in hash order so two batches never deadlock on each other;
  * the `where` makes the insert wait for it. The lock is held until commit, so
  * same-key rows get their ids in commit order.
@@ -149,9 +153,9 @@ function insertSql(table: string, keyLocks: boolean): string {
 )
 `
     : '';
-  return `${locks}insert into ${qualified(table)} (event_id, event, key, partition, data, headers)
-select u.event_id, u.event, u.key, u.partition, u.data, u.headers
-from unnest($${n + 1}::text[], $${n + 2}::text[], $${n + 3}::text[], $${n + 4}::int[], $${n + 5}::text[], $${n + 6}::text[])
+  return `${locks}insert into ${qualified(table)} (event_id, event, key, partition, data, headers, log)
+select u.event_id, u.event, u.key, u.partition, u.data, u.headers, $${n + 1}::text
+from unnest($${n + 2}::text[], $${n + 3}::text[], $${n + 4}::text[], $${n + 5}::int[], $${n + 6}::text[], $${n + 7}::text[])
   with ordinality as u(event_id, event, key, partition, data, headers, n)
 ${keyLocks ? 'where (select count(*) from locks) >= 0\n' : ''}order by u.n
 returning id`;

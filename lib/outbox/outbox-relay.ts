@@ -246,21 +246,25 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const table = qualified(this.options.outboxTable);
     const columns = 'id, event_id, event, key, partition, data, headers';
     const limit = this.options.relay.batchSize;
+    const log = this.eventrail.prefix;
+    // This log's rows (and rows from before logs were recorded) that are not failed. Placeholders in order: `n` is the first.
+    const mine = (n: number): string => `failed is null and id <> all($${n}::bigint[]) and (log = $${n + 1} or log is null)`;
     const deleting = this.appended;
     this.appended = [];
     // A NOTIFY from here on may be for a row this read does not see: it makes the batch `more`.
     this.notified = false;
     try {
       if (deleting.length === 0) {
-        return await session.query(
-          `select ${columns} from ${table} where failed is null and id <> all($1::bigint[]) order by id limit $2`,
-          [[...inFlight, ...this.deleting], limit],
-        );
+        return await session.query(`select ${columns} from ${table} where ${mine(1)} order by id limit $3`, [
+          [...inFlight, ...this.deleting],
+          log,
+          limit,
+        ]);
       }
       return await session.query(
         `with gone as (delete from ${table} where id = any($1::bigint[]))
-         select ${columns} from ${table} where failed is null and id <> all($2::bigint[]) order by id limit $3`,
-        [deleting, [...deleting, ...inFlight, ...this.deleting], limit],
+         select ${columns} from ${table} where ${mine(2)} order by id limit $4`,
+        [deleting, [...deleting, ...inFlight, ...this.deleting], log, limit],
       );
     } catch (error) {
       this.appended = [...deleting, ...this.appended];

@@ -56,6 +56,10 @@ export function shortName(name: string): string {
  * - `failed` is set when the relay cannot append a row (it no longer passes the
  *   publisher's checks, say `partitions` changed); such rows stay, are counted
  *   and skipped.
+ * - `log` is the prefix of the log the row belongs to: a relay takes only its own log's rows, so two
+ *   logs can share a table. Rows without one were written before the column existed (the column is
+ *   added to an existing table) and go to whichever log's relay reads them first.
+ * - A partial index finds a key's failed rows: the relay holds a key's later rows behind one.
  * - A statement trigger sends one `NOTIFY` per insert statement; PostgreSQL
  *   delivers it at commit, which is when the relay should look.
  */
@@ -75,8 +79,11 @@ export function schemaSql(tables: OutboxTables): string {
   data text not null,
   headers text,
   created_at timestamptz not null default now(),
-  failed text
+  failed text,
+  log text
 );
+alter table ${outbox} add column if not exists log text;
+create index if not exists ${quoteIdentifier(shortName(`${base}_failed_keys`))} on ${outbox} (key, id) where failed is not null;
 create or replace function ${notifyFunction}() returns trigger language plpgsql as $$
 begin
   perform pg_notify(TG_ARGV[0], '');
