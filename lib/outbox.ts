@@ -20,6 +20,7 @@ export { schemaSql } from './outbox/outbox-schema';
 export { InvalidOutboxTransactionError } from './outbox/errors/invalid-outbox-transaction.error';
 export { OutboxSchemaMissingError } from './outbox/errors/outbox-schema-missing.error';
 export { InboxTransactionAbortedError } from './outbox/errors/inbox-transaction-aborted.error';
+export { OutboxSchemaMismatchError } from './outbox/errors/outbox-schema-mismatch.error';
 export { typeormConnector } from './outbox/connectors/typeorm.connector';
 export { kyselyConnector } from './outbox/connectors/kysely.connector';
 export type { KyselyConnectorOptions } from './outbox/connectors/kysely.connector';

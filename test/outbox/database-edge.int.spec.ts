@@ -1,7 +1,7 @@
 import { INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { Client, Pool, PoolClient } from 'pg';
-import { EventrailOutbox, EventrailOutboxRelay, pgConnector } from '../../lib/outbox';
+import { EventrailOutbox, EventrailOutboxRelay, OutboxSchemaMismatchError, pgConnector } from '../../lib/outbox';
 import { migrationSql, notifyChannel } from '../../lib/outbox/outbox-schema';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { createOutboxApp, logEntries, uniqueTables } from '../support/outbox';
@@ -141,5 +141,86 @@ describe('outbox at the database edge', () => {
     const app = await start(prefix, longest, true);
     await inTransaction((client) => app.get(EventrailOutbox).publish(client, 'a', { n: 1 }, { key: 'k' }));
     await waitFor(async () => (await logEntries(redis, prefix)).length === 1, 'relayed from a 127-character table name');
+  });
+
+  it('keeps two logs that share a table apart: each relay takes only its own rows', async () => {
+    const tables = uniqueTables();
+    const [first, second] = [uniquePrefix('shareA'), uniquePrefix('shareB')];
+    const a = await start(first, tables, true);
+    const b = await start(second, tables, true);
+    await waitFor(() => a.get(EventrailOutboxRelay).isActive() && b.get(EventrailOutboxRelay).isActive(), 'both relays active');
+    for (let t = 0; t < 20; t++) {
+      await Promise.all(
+        [a, b].map((app, which) =>
+          inTransaction((client) =>
+            app.get(EventrailOutbox).publishMany(
+              client,
+              Array.from({ length: 5 }, (_, i) => ({ event: 'a', data: { log: which, n: t * 5 + i }, key: `k${i}` })),
+            ),
+          ),
+        ),
+      );
+    }
+    await waitFor(async () => (await pool.query(`select 1 from ${tables.outboxTable}`)).rowCount === 0, 'both relays drained');
+    const [ofFirst, ofSecond] = [await logEntries(redis, first), await logEntries(redis, second)];
+    expect(ofFirst.map((e) => (e.data as { log: number }).log)).toEqual(Array(100).fill(0));
+    expect(ofSecond.map((e) => (e.data as { log: number }).log)).toEqual(Array(100).fill(1));
+  });
+
+  it('refuses at startup a table of another shape, naming what differs', async () => {
+    const shapes: Array<[string, string, RegExp]> = [
+      [
+        'inbox',
+        'create table %s (group_name text not null, event_id text primary key, handled_at timestamptz not null default now())',
+        /primary key is \(event_id\)/,
+      ],
+      [
+        'outbox',
+        'create table %s (id bigserial primary key, event_id text not null, event text not null, data jsonb not null)',
+        /data is jsonb/,
+      ],
+      [
+        'outbox',
+        'create table %s (id bigserial primary key, event_id text not null, event text not null, key text, partition integer, data text not null, headers text, created_at timestamptz not null default now(), failed text, log text, tenant text not null)',
+        /tenant is not null and has no default/,
+      ],
+    ];
+    // Every column the outbox needs, dropped in turn, is named.
+    for (const column of ['event_id', 'event', 'key', 'partition', 'data', 'headers', 'created_at', 'failed']) {
+      shapes.push([
+        'outbox',
+        `create table %s (id bigserial primary key, event_id text not null, event text not null, key text, partition integer, data text not null, headers text, created_at timestamptz not null default now(), failed text); alter table %s drop column ${column}`,
+        new RegExp(`column ${column} \\(`),
+      ]);
+    }
+    for (const [which, ddl, expected] of shapes) {
+      const tables = uniqueTables();
+      const table = which === 'inbox' ? tables.inboxTable : tables.outboxTable;
+      await pool.query(ddl.replace(/%s/g, table));
+      for (const ensureSchema of [true, false]) {
+        const failure = createOutboxApp(
+          { prefix: uniquePrefix('shape'), autoStart: false },
+          { connector: pgConnector(pool), ...tables, ensureSchema, relay: { enabled: false } },
+        );
+        await expect(failure).rejects.toThrow(OutboxSchemaMismatchError);
+        await expect(failure).rejects.toThrow(expected);
+      }
+    }
+  });
+
+  it('adds the log column to a table made before it, and relays the rows already there', async () => {
+    const tables = uniqueTables();
+    await pool.query(
+      `create table ${tables.outboxTable} (id bigserial primary key, event_id text not null, event text not null, key text, partition integer, data text not null, headers text, created_at timestamptz not null default now(), failed text);
+       insert into ${tables.outboxTable} (event_id, event, data) values ('old-1', 'a', '{"n":1}')`,
+    );
+    const refused = createOutboxApp(
+      { prefix: uniquePrefix('old'), autoStart: false },
+      { connector: pgConnector(pool), ...tables, ensureSchema: false, relay: { enabled: false } },
+    );
+    await expect(refused).rejects.toThrow(/column log \(text\) is missing.*eventrail outbox migrate/);
+    const prefix = uniquePrefix('old');
+    await start(prefix, tables, true);
+    await waitFor(async () => (await logEntries(redis, prefix)).length === 1, 'the row from before the migration relayed');
   });
 });
