@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { parseCount } from './argument.parser';
-import type { CliRunner } from './cli.runner';
+import { parseCount } from './runtime/argument.parser';
+import type { CliRunner } from './runtime/cli.runner';
 import { registerDlqCommands } from './commands/dlq.command';
 import { registerGroupCommands } from './commands/groups.command';
 import { registerOffsetsCommands } from './commands/offsets.command';
@@ -12,7 +12,7 @@ import { registerPublishCommand } from './commands/publish.command';
 import { registerRetentionCommands } from './commands/retention.command';
 import { registerStatusCommand } from './commands/status.command';
 import { registerTailCommand } from './commands/tail.command';
-import { examples } from './help.text';
+import { examples } from './runtime/help.text';
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { createProgram } from './cli.program';
-import { CliRunner } from './cli.runner';
-import { ExitCode } from './exit-code';
+import { CliRunner } from './runtime/cli.runner';
+import { ExitCode } from './runtime/exit-code';
 import { escapeControls } from '../util/control-chars';
 import { redactUrlsIn } from '../util/redact-url';
 

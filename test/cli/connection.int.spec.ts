@@ -1,4 +1,4 @@
-import { formatCommandLine } from '../../lib/cli/command-line.format';
+import { formatCommandLine } from '../../lib/cli/runtime/command-line.format';
 import { testRedisUrl } from '../support/helpers';
 import { freePort } from '../support/redis-server';
 import { cliEnv, CliResult, outcome, parseJson, runCli, runPrinted, useCliSuite } from './cli.harness';

@@ -1,7 +1,7 @@
 import { InvalidOptionError } from '../../lib';
 import { resolveModuleOptions } from '../../lib/module/eventrail.options';
 import { normalizeRedisUrl } from '../../lib/redis/redis-url';
-import { parseClusterSeeds } from '../../lib/cli/cluster-seeds.parser';
+import { parseClusterSeeds } from '../../lib/cli/runtime/cluster-seeds.parser';
 import { permanentConnectionFailure } from '../../lib/redis/connection-failure';
 import { RedisTlsError } from '../../lib/errors/redis-tls.error';
 import { RedisUnavailableError } from '../../lib/errors/redis-unavailable.error';

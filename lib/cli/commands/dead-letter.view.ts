@@ -1,6 +1,6 @@
 import type { DeadLetter } from '../../wire/dead-letter.codec';
-import { formatFields, formatTable } from '../table.formatter';
-import { formatData, formatDate, NONE, truncate } from '../value.format';
+import { formatFields, formatTable } from '../runtime/table.formatter';
+import { formatData, formatDate, NONE, truncate } from '../runtime/value.format';
 
 /** Human renderings of dead letters for `dlq list` and `dlq show`. */
 

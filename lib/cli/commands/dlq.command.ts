@@ -2,13 +2,13 @@ import { Command, Option } from 'commander';
 import type { ArchiveSource } from '../../admin/operations.types';
 import { retentionOptionsFromEnv } from '../../retention/retention-env';
 import { describeError } from '../../util/describe-error';
-import { parseCount, parseIdOrTime, parseNonNegative, parseStreamId } from '../argument.parser';
-import type { CliRunner } from '../cli.runner';
-import { assertConfirmable, confirm } from '../confirm.prompt';
+import { parseCount, parseIdOrTime, parseNonNegative, parseStreamId } from '../runtime/argument.parser';
+import type { CliRunner } from '../runtime/cli.runner';
+import { assertConfirmable, confirm } from '../runtime/confirm.prompt';
 import { CliUsageError } from '../errors/cli-usage.error';
 import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
 import { DeadLetterNotFoundError } from '../errors/dead-letter-not-found.error';
-import { CONFIRMATION_NOTE, examples } from '../help.text';
+import { CONFIRMATION_NOTE, examples } from '../runtime/help.text';
 import { renderDeadLetter, renderDeadLetters } from './dead-letter.view';
 
 const DEFAULT_LIST_COUNT = 50;

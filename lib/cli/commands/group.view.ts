@@ -1,6 +1,6 @@
 import type { GroupStatus } from '../../admin/admin.types';
-import { formatFields, formatTable } from '../table.formatter';
-import { formatDate, formatLag, formatPartitions, NONE } from '../value.format';
+import { formatFields, formatTable } from '../runtime/table.formatter';
+import { formatDate, formatLag, formatPartitions, NONE } from '../runtime/value.format';
 
 /** Human renderings of `GroupStatus`, shared by `status`, `groups` and `group`. */
 

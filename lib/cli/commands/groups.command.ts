@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import type { CliRunner } from '../cli.runner';
-import { examples } from '../help.text';
+import type { CliRunner } from '../runtime/cli.runner';
+import { examples } from '../runtime/help.text';
 import { renderGroup, renderGroups } from './group.view';
 
 export function registerGroupCommands(program: Command, runner: CliRunner): void {

@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
 import type { OffsetResetResult, OffsetTarget } from '../../admin/admin.types';
-import { parseStreamId, parseTime } from '../argument.parser';
-import type { CliRunner } from '../cli.runner';
-import { assertConfirmable, confirm } from '../confirm.prompt';
+import { parseStreamId, parseTime } from '../runtime/argument.parser';
+import type { CliRunner } from '../runtime/cli.runner';
+import { assertConfirmable, confirm } from '../runtime/confirm.prompt';
 import { CliUsageError } from '../errors/cli-usage.error';
 import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
-import { CONFIRMATION_NOTE, examples } from '../help.text';
-import { formatTable } from '../table.formatter';
-import { NONE } from '../value.format';
+import { CONFIRMATION_NOTE, examples } from '../runtime/help.text';
+import { formatTable } from '../runtime/table.formatter';
+import { NONE } from '../runtime/value.format';
 
 interface ResetOptions {
   toStart?: boolean;

@@ -4,12 +4,12 @@ import { checkTable, OUTBOX_DEFAULTS } from '../../outbox/outbox.options';
 import { migrationSql, schemaSql } from '../../outbox/outbox-schema';
 import { importOptionalPeer } from '../../util/optional-peer';
 import { redactUrl } from '../../util/redact-url';
-import type { CliRunner } from '../cli.runner';
+import type { CliRunner } from '../runtime/cli.runner';
 import { CliUsageError } from '../errors/cli-usage.error';
-import { examples } from '../help.text';
-import { formatDuration } from '../value.format';
+import { examples } from '../runtime/help.text';
+import { formatDuration } from '../runtime/value.format';
 import { readOutboxStatus } from '../../outbox/outbox-status.reader';
-import type { CliContext } from '../cli.context';
+import type { CliContext } from '../runtime/cli.context';
 
 interface MigrateOptions {
   databaseUrl?: string;

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { parseNonNegative } from '../argument.parser';
-import type { CliRunner } from '../cli.runner';
-import { assertConfirmable, confirm } from '../confirm.prompt';
+import { parseNonNegative } from '../runtime/argument.parser';
+import type { CliRunner } from '../runtime/cli.runner';
+import { assertConfirmable, confirm } from '../runtime/confirm.prompt';
 import { ConfirmationDeclinedError } from '../errors/confirmation-declined.error';
-import { CONFIRMATION_NOTE, examples } from '../help.text';
-import { formatDuration, formatList } from '../value.format';
+import { CONFIRMATION_NOTE, examples } from '../runtime/help.text';
+import { formatDuration, formatList } from '../runtime/value.format';
 
 export function registerPruneStaleCommand(program: Command, runner: CliRunner): void {
   program

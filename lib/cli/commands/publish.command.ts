@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { collectHeader, parseCount, parseJsonData, parseNonNegative } from '../argument.parser';
-import type { CliRunner } from '../cli.runner';
-import { examples } from '../help.text';
-import { formatFields } from '../table.formatter';
+import { collectHeader, parseCount, parseJsonData, parseNonNegative } from '../runtime/argument.parser';
+import type { CliRunner } from '../runtime/cli.runner';
+import { examples } from '../runtime/help.text';
+import { formatFields } from '../runtime/table.formatter';
 
 interface PublishFlags {
   key?: string;

@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
 import type { NodeStatus, PartitionLogStats } from '../../admin/admin.types';
-import type { CliRunner } from '../cli.runner';
-import { examples } from '../help.text';
-import { formatFields, formatTable } from '../table.formatter';
-import { formatBytes, formatDate, formatPartitions, NONE } from '../value.format';
+import type { CliRunner } from '../runtime/cli.runner';
+import { examples } from '../runtime/help.text';
+import { formatFields, formatTable } from '../runtime/table.formatter';
+import { formatBytes, formatDate, formatPartitions, NONE } from '../runtime/value.format';
 import { isLagCapped } from './group.view';
 
 interface GroupSummary {

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
 import type { LogEntry } from '../../admin/admin.types';
-import type { CliRunner } from '../cli.runner';
+import type { CliRunner } from '../runtime/cli.runner';
 import { CliUsageError } from '../errors/cli-usage.error';
-import { examples } from '../help.text';
+import { examples } from '../runtime/help.text';
 import { escapeControls } from '../../util/control-chars';
-import { formatData, formatDate, formatList } from '../value.format';
+import { formatData, formatDate, formatList } from '../runtime/value.format';
 
 export function registerTailCommand(program: Command, runner: CliRunner): void {
   program

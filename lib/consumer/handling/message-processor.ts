@@ -2,14 +2,13 @@ import { Logger } from '@nestjs/common';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import type { EventrailMessage } from '../../events/eventrail-message';
 import type { ResolvedConsumerOptions } from '../consumer.options';
-import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
 import { CrashLoopError } from '../../errors/crash-loop.error';
 import { DecodeError } from '../../errors/decode.error';
 import { EventValidationError } from '../../errors/event-validation.error';
+import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { isMalformed, type MalformedEntry, type RawEntry } from '../../wire/codec';
 import { escapeControls } from '../../util/control-chars';
 import { logRecord } from '../../util/log-record';
-import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import type { Semaphore } from '../../util/semaphore';
 import type { StopSignal } from '../../util/stop-signal';
 import type { FailureMemory } from '../coordination/failure-memory';
@@ -27,8 +26,8 @@ import { retryVerdict } from './retry-policy';
  * handled to the dead-letter sink.
  */
 export class MessageProcessor {
-  private readonly delivery: Delivery;
   private readonly logger = new Logger(MessageProcessor.name);
+  private readonly delivery: Delivery;
   private readonly batches: BatchProcessor;
   /** True when the group has a batch handler: its batches then form within each fetch (`Fetch`). */
   readonly hasBatchHandlers: boolean;

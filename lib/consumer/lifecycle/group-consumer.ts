@@ -196,6 +196,9 @@ export class GroupConsumer {
 
   private async balanceOnce(): Promise<void> {
     if (!this.running) return;
+    // Live members want events this worker cannot handle: it must not commit past them, so it works nothing.
+    if (this.membership.wants.lacking.length > 0) return this.yieldAll(this.membership.wants.lacking);
+    this.reportLacking([]);
     const partitions = this.redis.keys.partitions;
     const live = Math.max(1, this.members.length);
     const share = Math.ceil(partitions / live);
@@ -219,9 +222,6 @@ export class GroupConsumer {
     const candidates = order.filter((p) => !this.workers.has(p));
     while (missing > 0 && candidates.length > 0 && this.running) {
       const attempt = candidates.splice(0, missing);
-    // Live members want events this worker cannot handle: it must not commit past them, so it works nothing.
-    if (this.membership.wants.lacking.length > 0) return this.yieldAll(this.membership.wants.lacking);
-    this.reportLacking([]);
       const acquired = await PartitionLease.acquire(
         this.redis,
         this.name,
@@ -235,29 +235,6 @@ export class GroupConsumer {
     }
   }
 
-  /** Starts working a partition whose lease was just taken; false when this consumer stopped meanwhile. */
-  private startWorker({ lease, committed, recovering }: AcquiredLease): boolean {
-    if (!this.running) {
-      // Stopped while the acquire was in flight: give the lease straight back.
-      void lease.release().catch(() => undefined);
-      return false;
-    }
-    const { partition } = lease;
-    const worker = new PartitionWorker({
-      lease,
-      committed,
-      recovering,
-      stats: this.stats,
-      metrics: this.metrics,
-      redis: this.redis,
-      processor: this.processor,
-      semaphore: this.semaphore,
-      options: this.options,
-      onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
-    });
-    this.workers.set(partition, worker);
-    worker.start((ended) => this.onWorkerEnd(ended));
-    this.metrics.emit('onLeaseAcquired', this.name, partition);
   /** Hands back every partition this worker works, because it lacks handlers for `lacking`, which live members want. */
   private async yieldAll(lacking: string[]): Promise<void> {
     this.reportLacking(lacking);
@@ -285,6 +262,29 @@ export class GroupConsumer {
     this.logger.warn(logRecord(msg, { group: this.name, lacking }));
   }
 
+  /** Starts working a partition whose lease was just taken; false when this consumer stopped meanwhile. */
+  private startWorker({ lease, committed, recovering }: AcquiredLease): boolean {
+    if (!this.running) {
+      // Stopped while the acquire was in flight: give the lease straight back.
+      void lease.release().catch(() => undefined);
+      return false;
+    }
+    const { partition } = lease;
+    const worker = new PartitionWorker({
+      lease,
+      committed,
+      recovering,
+      stats: this.stats,
+      metrics: this.metrics,
+      redis: this.redis,
+      processor: this.processor,
+      semaphore: this.semaphore,
+      options: this.options,
+      onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
+    });
+    this.workers.set(partition, worker);
+    worker.start((ended) => this.onWorkerEnd(ended));
+    this.metrics.emit('onLeaseAcquired', this.name, partition);
     const how = recovering ? ' from a worker that did not release it (recovering one entry at a time)' : '';
     const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
     this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering }));

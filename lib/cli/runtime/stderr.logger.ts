@@ -1,6 +1,6 @@
 import type { LoggerService, LogLevel } from '@nestjs/common';
-import { escapeControls } from '../util/control-chars';
-import { redactUrlsIn } from '../util/redact-url';
+import { escapeControls } from '../../util/control-chars';
+import { redactUrlsIn } from '../../util/redact-url';
 
 /**
  * Nest logger for `--verbose`: everything goes to stderr, so stdout keeps

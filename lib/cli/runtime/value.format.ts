@@ -1,4 +1,4 @@
-import { escapeControls } from '../util/control-chars';
+import { escapeControls } from '../../util/control-chars';
 
 /** Formatting of single values for the human (non-`--json`) output. */
 

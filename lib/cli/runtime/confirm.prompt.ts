@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline/promises';
-import { CliUsageError } from './errors/cli-usage.error';
-import { escapeControls } from '../util/control-chars';
+import { CliUsageError } from '../errors/cli-usage.error';
+import { escapeControls } from '../../util/control-chars';
 
 /**
  * Confirmation of destructive commands: `--yes`, or a y/N question when

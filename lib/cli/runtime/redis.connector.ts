@@ -1,14 +1,14 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import Redis, { Cluster } from 'ioredis';
-import { RedisUnavailableError } from '../errors/redis-unavailable.error';
+import { RedisUnavailableError } from '../../errors/redis-unavailable.error';
 import { type ClusterSeeds, parseClusterSeeds, splitSeeds } from './cluster-seeds.parser';
-import { CliUsageError } from './errors/cli-usage.error';
-import { escapeControls } from '../util/control-chars';
-import { withTimeout } from '../util/timeout';
-import { redactUrl, redactUrlsIn } from '../util/redact-url';
-import { firstSeedError, permanentConnectionFailure } from '../redis/connection-failure';
-import { normalizeRedisUrl } from '../redis/redis-url';
+import { CliUsageError } from '../errors/cli-usage.error';
+import { escapeControls } from '../../util/control-chars';
+import { withTimeout } from '../../util/timeout';
+import { redactUrl, redactUrlsIn } from '../../util/redact-url';
+import { firstSeedError, permanentConnectionFailure } from '../../redis/connection-failure';
+import { normalizeRedisUrl } from '../../redis/redis-url';
 
 /** Where the CLI connects. */
 export interface RedisTarget {

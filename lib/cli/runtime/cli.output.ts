@@ -1,6 +1,6 @@
 import { messageFor } from './exit-code';
-import { escapeControls, escapeJsonControls } from '../util/control-chars';
-import { redactUrlsIn } from '../util/redact-url';
+import { escapeControls, escapeJsonControls } from '../../util/control-chars';
+import { redactUrlsIn } from '../../util/redact-url';
 
 /**
  * Everything the CLI prints. Results go to stdout: one JSON document with

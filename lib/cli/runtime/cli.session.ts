@@ -1,14 +1,14 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { Cluster, Redis } from 'ioredis';
-import { EventrailAdmin } from '../admin/eventrail-admin';
-import { PartitionMismatchError } from '../errors/partition-mismatch.error';
-import { EventrailModule } from '../module/eventrail.module';
-import { resolveModuleOptions } from '../module/eventrail.options';
-import { EventrailPublisher } from '../publisher/eventrail.publisher';
-import { readLogPartitions } from '../redis/log-meta';
-import type { RetentionOptions } from '../retention/retention.options';
-import { LogNotFoundError } from './errors/log-not-found.error';
+import { EventrailAdmin } from '../../admin/eventrail-admin';
+import { PartitionMismatchError } from '../../errors/partition-mismatch.error';
+import { EventrailModule } from '../../module/eventrail.module';
+import { resolveModuleOptions } from '../../module/eventrail.options';
+import { EventrailPublisher } from '../../publisher/eventrail.publisher';
+import { readLogPartitions } from '../../redis/log-meta';
+import type { RetentionOptions } from '../../retention/retention.options';
+import { LogNotFoundError } from '../errors/log-not-found.error';
 import { closeRedis, connectRedis, describeTarget, type RedisTarget, type TlsFilePaths } from './redis.connector';
 import { StderrLogger } from './stderr.logger';
 

@@ -1,7 +1,7 @@
-import type { ResolvedArchiveOptions } from '../retention.options';
-import type { ArchiveSink } from './archive-sink';
-import { FsArchiveSink } from './fs.archive-sink';
-import { S3ArchiveSink } from './s3.archive-sink';
+import type { ResolvedArchiveOptions } from './retention.options';
+import type { ArchiveSink } from './archive/archive-sink';
+import { FsArchiveSink } from './archive/fs.archive-sink';
+import { S3ArchiveSink } from './archive/s3.archive-sink';
 
 /** The sink the options describe; the S3 one loads `@aws-sdk/client-s3` here, so a missing package fails startup. */
 export async function createArchiveSink(options: ResolvedArchiveOptions): Promise<ArchiveSink> {

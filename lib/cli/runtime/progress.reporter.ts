@@ -1,5 +1,5 @@
 import { Presets, SingleBar } from 'cli-progress';
-import type { ProgressListener } from '../admin/operations.types';
+import type { ProgressListener } from '../../admin/operations.types';
 
 /**
  * A progress bar on stderr for long operations (replaying every dead letter,

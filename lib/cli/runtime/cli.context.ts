@@ -2,21 +2,8 @@ import { parseClusterEnv } from './argument.parser';
 import { CliOutput } from './cli.output';
 import { CliSession, type SessionOptions } from './cli.session';
 import { type CommandWords, formatCommandLine, type PrintedCommand } from './command-line.format';
+import type { GlobalOptions } from './global-options';
 import { ProgressReporter } from './progress.reporter';
-
-/** The global flags, as commander parses them. */
-export interface GlobalOptions {
-  redisUrl?: string;
-  /** `--cluster` true, `--no-cluster` false, neither undefined (then `EVENTRAIL_REDIS_CLUSTER` decides). */
-  cluster?: boolean;
-  prefix?: string;
-  tlsCa?: string;
-  tlsCert?: string;
-  tlsKey?: string;
-  json?: boolean;
-  verbose?: boolean;
-  connectTimeout: number;
-}
 
 /**
  * What one command run works with: its output, the connection to the log

@@ -1,4 +1,4 @@
-import { escapeControls } from '../util/control-chars';
+import { escapeControls } from '../../util/control-chars';
 
 /**
  * Plain aligned columns, as kubectl prints them: no borders, a header row in capitals, three spaces between columns.

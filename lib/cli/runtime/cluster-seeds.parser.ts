@@ -1,7 +1,7 @@
 import type { RedisOptions } from 'ioredis';
-import { CliUsageError } from './errors/cli-usage.error';
-import { redactUrl } from '../util/redact-url';
-import { normalizeRedisUrl } from '../redis/redis-url';
+import { CliUsageError } from '../errors/cli-usage.error';
+import { redactUrl } from '../../util/redact-url';
+import { normalizeRedisUrl } from '../../redis/redis-url';
 
 /** What ioredis's `Cluster` needs from `--redis-url` under `--cluster`. */
 export interface ClusterSeeds {

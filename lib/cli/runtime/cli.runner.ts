@@ -1,7 +1,8 @@
 import { Command, CommanderError } from 'commander';
-import { CliContext, type GlobalOptions } from './cli.context';
+import { CliContext } from './cli.context';
+import type { GlobalOptions } from './global-options';
 import { CliOutput } from './cli.output';
-import { CliUsageError } from './errors/cli-usage.error';
+import { CliUsageError } from '../errors/cli-usage.error';
 import { ExitCode, exitCodeFor, messageFor } from './exit-code';
 
 /** A command's work: it prints its result through `ctx.output` and may return a non-zero exit code. */

@@ -1,6 +1,6 @@
 import { splitSeeds } from './cluster-seeds.parser';
-import type { GlobalOptions } from './cli.context';
-import { hasPassword, redactUrl } from '../util/redact-url';
+import type { GlobalOptions } from './global-options';
+import { hasPassword, redactUrl } from '../../util/redact-url';
 
 /** A command line printed for the operator to run next (the next page of `dlq list`). */
 export interface PrintedCommand {

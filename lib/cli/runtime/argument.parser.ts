@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from 'commander';
-import { describeError } from '../util/describe-error';
-import { CliUsageError } from './errors/cli-usage.error';
+import { describeError } from '../../util/describe-error';
+import { CliUsageError } from '../errors/cli-usage.error';
 
 /**
  * Parsers for option and argument values. Commander reports the

@@ -1,14 +1,14 @@
 import { CommanderError } from 'commander';
-import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
-import { InvalidEventDataError } from '../errors/invalid-event-data.error';
-import { InvalidEventNameError } from '../errors/invalid-event-name.error';
-import { InvalidHeadersError } from '../errors/invalid-headers.error';
-import { InvalidOptionError } from '../errors/invalid-option.error';
-import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
-import { PartitionMismatchError } from '../errors/partition-mismatch.error';
-import { PayloadTooLargeError } from '../errors/payload-too-large.error';
-import { describeError } from '../util/describe-error';
-import { CliUsageError } from './errors/cli-usage.error';
+import { GroupHasLiveMembersError } from '../../errors/group-has-live-members.error';
+import { InvalidEventDataError } from '../../errors/invalid-event-data.error';
+import { InvalidEventNameError } from '../../errors/invalid-event-name.error';
+import { InvalidHeadersError } from '../../errors/invalid-headers.error';
+import { InvalidOptionError } from '../../errors/invalid-option.error';
+import { InvalidPublishOptionsError } from '../../errors/invalid-publish-options.error';
+import { PartitionMismatchError } from '../../errors/partition-mismatch.error';
+import { PayloadTooLargeError } from '../../errors/payload-too-large.error';
+import { describeError } from '../../util/describe-error';
+import { CliUsageError } from '../errors/cli-usage.error';
 
 /** Exit codes of the `eventrail` command; scripts rely on them, so they never change meaning. */
 export const ExitCode = {
