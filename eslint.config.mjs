@@ -34,8 +34,8 @@ export default defineConfig(
     },
   },
   {
-    // Type-aware rules for the promises STYLE.md promises: none left floating, none where a
-    // callback's return is ignored, and `await` only on what can be awaited.
+    // Type-aware promise rules: no promise left floating (an unhandled rejection would end the
+    // process), none passed where a callback's return is ignored, and `await` only on what can be awaited.
     files: ['**/*.ts'],
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
     rules: {
