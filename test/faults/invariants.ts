@@ -1,6 +1,7 @@
 import type { DeadLetter } from '../../lib';
 import { EVENTS, FUZZ_MARK_TTL_MS, FuzzAttempt, FuzzData, GROUPS } from './support/chaos-protocol';
 import type { Schedule } from './schedule';
+import { wantedUntilPassed, type WantSample } from './want-sampler';
 
 /** One entry of the log as the stream holds it. */
 export interface FuzzLogEntry {
@@ -39,6 +40,11 @@ export interface RunRecord {
   freezes: ReadonlyArray<{ pid: number; from: number; to: number }>;
   /** Set when the groups did not catch up in time. */
   drainFailure?: string;
+  /**
+   * Rolling deploys: when older workers (whose `fuzz-idem` lacks `fuzz.first`) ran (Date.now(), with
+   * the membership's linger added), and readings of whether a live member of `fuzz-idem` wanted `fuzz.first`.
+   */
+  rolling?: { lives: ReadonlyArray<{ from: number; to: number }>; samples: readonly WantSample[] };
 }
 
 export interface Violation {
@@ -69,7 +75,8 @@ export function ref(partition: number, offset: string): string {
  * The invariants of a run:
  * - delivered: every accepted publish is in the log where publish said, and
  *   every log entry (accepted or appended by a publish that rejected) is
- *   handled, or dead-lettered, by every group that has a handler for it;
+ *   handled, or dead-lettered, by every group that has a handler for it
+ *   (during a rolling deploy: that a live member wanted from its publish until it was passed);
  * - key-order: per group and key (keyless: per partition), an entry is first
  *   handled only after every earlier entry of its key was first handled or
  *   finally failed (its last attempt before the dead letter);
@@ -116,10 +123,25 @@ function checkDelivered(run: RunRecord, add: Add): void {
     const lettered = new Set([...(letters?.current ?? []), ...(letters?.replayed ?? [])].map((d) => ref(d.partition, d.offset)));
     for (const entry of run.log.flat()) {
       const at = ref(entry.partition, entry.offset);
+      if (!wantedByLiveMember(run, group, entry)) continue;
       if (wants(group, entry) && !handled.has(at) && !lettered.has(at) && !handledIds.has(entry.id))
         add('delivered', `${group} neither handled nor dead-lettered ${describeEntry(entry)}`);
     }
   }
+}
+
+/**
+ * During a rolling deploy, a `fuzz.first` entry must be handled by `fuzz-idem` if a live member of it
+ * wanted `fuzz.first` from the entry's publish until the group passed it (the entry's stream id is on
+ * the Redis clock, as the readings are). Once no live member wants it (the only one left frozen or
+ * killed past its heartbeat, or gone), the older members go on past it, as designed.
+ */
+function wantedByLiveMember(run: RunRecord, group: string, entry: FuzzLogEntry): boolean {
+  if (!run.rolling || group !== GROUPS.fuzzIdem || entry.event !== EVENTS.fuzzFirst) return true;
+  // Before any older worker ran, every member handles fuzz.first: the plain rule holds.
+  const publishedAt = Number(entry.offset.split('-')[0]);
+  if (run.rolling.lives.every((life) => life.to < publishedAt)) return true;
+  return wantedUntilPassed(run.rolling.samples, entry.partition, entry.offset, publishedAt);
 }
 
 function checkKeyOrder(run: RunRecord, group: string, add: Add): void {

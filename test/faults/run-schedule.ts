@@ -15,8 +15,13 @@ import { ChaosChild, Supervisor } from './support/supervisor';
 import { Accepted, checkRun, FuzzLogEntry, RunRecord, Violation } from './invariants';
 import { OffsetSampler, ResetWindow } from './offset-sampler';
 import { EventSpec, FAULT_KINDS, FaultKind, Schedule, Step } from './schedule';
+import { spawnTypeScript } from '../support/child-processes';
+import { chaosWorkerEnv, EVENTS, GROUPS } from './support/chaos-protocol';
+import { WantSampler } from './want-sampler';
 
 const READY_TIMEOUT_MS = 60_000;
+/** The chaos worker, started directly (outside the supervisor's slots) as the older version of a rolling deploy. */
+const OLDER_WORKER_FILE = 'test/faults/support/chaos-worker.ts';
 const DRAIN_TIMEOUT_MS = 60_000;
 /** How long a kill or freeze waits for its slot's worker to be ready (a replacement is still starting). */
 const WORKER_WAIT_MS = 20_000;
@@ -71,6 +76,7 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
   );
   let app: INestApplicationContext | undefined;
   const sampler = new OffsetSampler(server.url, keys, schedule.groups);
+  const wants = new WantSampler(server.url, keys, GROUPS.fuzzIdem, EVENTS.fuzzFirst);
   const state = new RunState(schedule);
   try {
     app = await createPublisherApp(server.url, prefix, schedule.partitions);
@@ -81,15 +87,23 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
       READY_TIMEOUT_MS,
     );
     sampler.start();
+    wants.start();
     const steps = new StepRunner(schedule, state, server, supervisor, app, redis, prefix);
     await steps.runAll();
     const drainFailure = await drain(redis, keys, schedule, supervisor);
     await sampler.stop();
+    await wants.stop();
     await supervisor.stop();
     const record = await collect(redis, keys, schedule, state, sampler, supervisor, drainFailure);
+    if (state.olders.length > 0) {
+      // An older member's details count until its heartbeat expires after it is gone.
+      const linger = 2 * schedule.consumer.heartbeatTtlMs;
+      record.rolling = { lives: state.olders.map(({ from, to }) => ({ from, to: to + linger })), samples: wants.samples };
+    }
     return figures(schedule, state, record, sampler, Date.now() - began);
   } finally {
     await sampler.stop().catch(() => undefined);
+    await wants.stop().catch(() => undefined);
     await supervisor.stop();
     await app?.close().catch(() => undefined);
     if (!keep) await deletePrefix(redis, prefix).catch(() => undefined);
@@ -106,6 +120,8 @@ class RunState {
   readonly faults = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
   readonly skipped: string[] = [];
   readonly freezes: Array<{ pid: number; from: number; to: number }> = [];
+  /** Older workers of rolling deploys: pid, spawned and exited (Date.now(); 0 while running). */
+  readonly olders: Array<{ pid: number; from: number; to: number }> = [];
 
   constructor(readonly schedule: Schedule) {}
 }
@@ -113,6 +129,8 @@ class RunState {
 class StepRunner {
   /** Workers SIGSTOPped now, by pid: the timer that sends SIGCONT, and a promise that settles when it has. */
   private readonly frozen = new Map<number, { timer: NodeJS.Timeout; thawed: Promise<void> }>();
+  /** Older workers of rolling deploys still running, by pid: the timer that stops them, and their exit. */
+  private readonly olders = new Map<number, { timer: NodeJS.Timeout; exited: Promise<void> }>();
   private readonly publisher: EventrailPublisher;
   private readonly admin: EventrailAdmin;
 
@@ -137,6 +155,13 @@ class StepRunner {
       ok = true;
     } finally {
       if (ok) await Promise.all([...this.frozen.values()].map((f) => f.thawed));
+      if (ok) await Promise.all([...this.olders.values()].map((o) => o.exited));
+      for (const [pid, { timer, exited }] of this.olders) {
+        clearTimeout(timer);
+        killQuietly(pid, 'SIGKILL');
+        await exited;
+      }
+      this.olders.clear();
       for (const [pid, { timer }] of this.frozen) {
         clearTimeout(timer);
         killQuietly(pid, 'SIGCONT');
@@ -199,7 +224,37 @@ class StepRunner {
       }
       case 'replay-dead-letters':
         return this.replay(index, step.group);
+      case 'rolling-deploy':
+        return this.rollingDeploy(step.ms, step.leave);
     }
+  }
+
+  /** Starts a worker of the older version next to the others; `ms` after it joined, it leaves by `leave`. */
+  private rollingDeploy(ms: number, leave: 'SIGTERM' | 'SIGKILL'): void {
+    const { schedule } = this;
+    const config = { mode: 'fuzz' as const, redisUrl: this.server.url, prefix: this.prefix, partitions: schedule.partitions };
+    const env = chaosWorkerEnv({ ...config, consumer: schedule.consumer, fuzzGroups: schedule.groups.length, older: true });
+    const child = spawnTypeScript(OLDER_WORKER_FILE, { env });
+    // Its logs are not read: drained, so a full pipe never blocks it.
+    child.stdout?.resume();
+    child.stderr?.resume();
+    const pid = child.pid as number;
+    const life = { pid, from: Date.now(), to: 0 };
+    this.state.olders.push(life);
+    const exited = new Promise<void>((resolve) =>
+      child.once('exit', () => {
+        life.to = Date.now();
+        this.olders.delete(pid);
+        resolve();
+      }),
+    );
+    const entry = { timer: setTimeout(() => undefined, 0), exited };
+    // It stays `ms` once it has joined (its startup takes seconds), then leaves.
+    child.on('message', (message: { type?: string }) => {
+      if (message.type === 'ready') entry.timer = setTimeout(() => killQuietly(pid, leave), ms);
+    });
+    this.olders.set(pid, entry);
+    this.state.faults['rolling-deploy']++;
   }
 
   /**

@@ -37,7 +37,7 @@ export interface EventSpec {
   data: FuzzData;
 }
 
-export type FaultKind = 'kill-worker' | 'freeze-worker' | 'crash-redis' | 'reset-offsets' | 'replay-dead-letters';
+export type FaultKind = 'kill-worker' | 'freeze-worker' | 'crash-redis' | 'reset-offsets' | 'replay-dead-letters' | 'rolling-deploy';
 
 export type Step =
   /** One `publish` call (one event) or one `publishMany` call (several). */
@@ -52,9 +52,22 @@ export type Step =
   /** `resetOffsets(group, 'start', { force: true })` while the workers run: everything is handled again. */
   | { kind: 'reset-offsets'; group: string }
   /** Cure the poison of every dead letter `group` has now, and replay them all. */
-  | { kind: 'replay-dead-letters'; group: string };
+  | { kind: 'replay-dead-letters'; group: string }
+  /**
+   * A rolling deploy seen from the old side: a worker of an older version (its `fuzz-idem` has no
+   * `fuzz.first` handler) joins next to the others, stays `ms`, then leaves by `leave` (SIGTERM: a clean
+   * stop; SIGKILL: its membership expires); the schedule goes on meanwhile.
+   */
+  | { kind: 'rolling-deploy'; ms: number; leave: 'SIGTERM' | 'SIGKILL' };
 
-export const FAULT_KINDS: readonly FaultKind[] = ['kill-worker', 'freeze-worker', 'crash-redis', 'reset-offsets', 'replay-dead-letters'];
+export const FAULT_KINDS: readonly FaultKind[] = [
+  'kill-worker',
+  'freeze-worker',
+  'crash-redis',
+  'reset-offsets',
+  'replay-dead-letters',
+  'rolling-deploy',
+];
 
 /** Bounds of one schedule: kept small so a schedule takes seconds, not minutes. */
 const LIMITS = {
@@ -64,6 +77,8 @@ const LIMITS = {
   lockTtlMs: 1000,
   freezeMs: [1300, 2500],
   redisDownMs: [100, 1800],
+  /** How long an older worker stays once it joined: from a fraction of a lease TTL to several. */
+  rollingMs: [300, 5000],
   keys: [1, 24],
 } as const;
 
@@ -153,6 +168,8 @@ function drawFault(rng: Prng, kind: FaultKind, workers: number, groups: readonly
     case 'reset-offsets':
     case 'replay-dead-letters':
       return { kind, group: rng.pick(groups) };
+    case 'rolling-deploy':
+      return { kind, ms: rng.int(LIMITS.rollingMs[0], LIMITS.rollingMs[1]), leave: rng.pick(['SIGTERM', 'SIGKILL'] as const) };
   }
 }
 

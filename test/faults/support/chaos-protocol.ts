@@ -47,6 +47,8 @@ export interface ChaosWorkerConfig {
   crashRate?: number;
   /** fuzz: how many groups the workers run (1: `fuzz-idem`; 2: and `fuzz-plain`). */
   fuzzGroups?: number;
+  /** fuzz: an older version of the service, whose `fuzz-idem` has no handler for `fuzz.first` (a rolling deploy). */
+  older?: boolean;
 }
 
 /** Keys the handlers write, under the test's prefix. */
@@ -173,5 +175,6 @@ export function chaosWorkerEnv(config: ChaosWorkerConfig): Record<string, string
     CHAOS_CONSUMER: JSON.stringify(config.consumer),
     CHAOS_CRASH_RATE: String(config.crashRate ?? 0),
     CHAOS_FUZZ_GROUPS: String(config.fuzzGroups ?? 1),
+    CHAOS_FUZZ_OLDER: config.older ? '1' : '',
   };
 }

@@ -159,7 +159,7 @@ const PROVIDERS: Record<ChaosMode, () => Type[]> = {
   'crash-loop': () => [Records, CrashLoopHandlers],
   'kill-restart': () => [Records, KillRestartHandlers],
   'double-sends': () => [Records, DoubleSendHandlers],
-  fuzz: () => fuzzProviders(Number(process.env.CHAOS_FUZZ_GROUPS ?? '1')),
+  fuzz: () => fuzzProviders(Number(process.env.CHAOS_FUZZ_GROUPS ?? '1'), process.env.CHAOS_FUZZ_OLDER === '1'),
 };
 
 @Module({

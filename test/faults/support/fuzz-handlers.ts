@@ -94,7 +94,19 @@ export class FuzzPlainHandlers {
   }
 }
 
-/** The providers of a fuzz worker running `groups` groups. */
-export function fuzzProviders(groups: number): Type[] {
-  return groups >= 2 ? [FuzzRecords, FuzzIdemHandlers, FuzzPlainHandlers] : [FuzzRecords, FuzzIdemHandlers];
+/** `fuzz-idem` as an older version of the service has it: without the `fuzz.first` handler. */
+@Injectable()
+export class OlderFuzzIdemHandlers {
+  constructor(private readonly records: FuzzRecords) {}
+
+  @OnEvent(EVENTS.fuzzBoth, { group: GROUPS.fuzzIdem, enableIdempotency: true, idempotencyTtlMs: FUZZ_MARK_TTL_MS })
+  handle(message: EventrailMessage<FuzzData>): Promise<void> {
+    return this.records.attempt(message);
+  }
+}
+
+/** The providers of a fuzz worker running `groups` groups; `older`: the version whose `fuzz-idem` lacks `fuzz.first`. */
+export function fuzzProviders(groups: number, older = false): Type[] {
+  const idem = older ? OlderFuzzIdemHandlers : FuzzIdemHandlers;
+  return groups >= 2 ? [FuzzRecords, idem, FuzzPlainHandlers] : [FuzzRecords, idem];
 }
