@@ -18,7 +18,7 @@ import { validateEventName, validateHeaders, validateJsonData } from '../events/
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
-import { CallOrder } from './call-order';
+import { CallOrder, orderLane } from './call-order';
 import { corkedWrite } from '../redis/corked-write';
 import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
@@ -104,7 +104,7 @@ export class EventrailPublisher {
   /** Whether the appendMany script runs here, once known (see `appendManyWorks`). */
   private appendManyOk?: boolean;
   private appendManyAsked?: Promise<void>;
-  /** Holds calls behind earlier ones still waiting for an asynchronous schema, so all leave in call order. */
+  /** Holds calls behind earlier ones of the same key (or keyless partition) still waiting for an asynchronous schema. */
   private readonly order = new CallOrder();
 
   constructor(
@@ -131,9 +131,11 @@ export class EventrailPublisher {
     try {
       // A definition's schema checks the data first (awaited only when the schema is asynchronous).
       const named = publishedEventName(definitionOrName, data);
-      if (typeof named === 'string' && !this.order.waiting) return this.publishNamed(named, data, options);
-      // Its place in the append order is taken now, in call order, whenever its check answers.
-      return this.order.hold(named, (event) => this.publishNamed(event, data, options));
+      const lane = orderLane(options);
+      const lanes = lane === undefined ? [] : [lane];
+      if (typeof named === 'string' && !this.order.waitingOn(lanes)) return this.publishNamed(named, data, options);
+      // Its place in its key's append order is taken now, in call order, whenever its check answers.
+      return this.order.hold(lanes, named, (event) => this.publishNamed(event, data, options));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -189,9 +191,14 @@ export class EventrailPublisher {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     // Every definition's schema checks its data before anything is prepared or sent.
     const named = publishedEventNames(events);
-    if (Array.isArray(named) && !this.order.waiting) return this.publishChecked(events, named, options);
-    // Its place in the append order is taken now, in call order, whenever its checks answer.
-    return this.order.hold(named, (names) => this.publishChecked(events, names, options));
+    const lanes: string[] = [];
+    for (const input of events) {
+      const lane = orderLane(input);
+      if (lane !== undefined) lanes.push(lane);
+    }
+    if (Array.isArray(named) && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options);
+    // Its place in the append order of each key it publishes to is taken now, in call order, whenever its checks answer.
+    return this.order.hold(lanes, named, (names) => this.publishChecked(events, names, options));
   }
 
   private async publishChecked(
