@@ -1,6 +1,6 @@
 import { IngressAuthRequiredError } from './errors/ingress-auth-required.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../config/option-checks';
 
 export interface EventrailCloudEventsOptions {
   /**

@@ -1,6 +1,6 @@
 import type { ResolvedLogOptions } from '../config/log.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkObject, optionNames, rejectUnknownKeys } from '../config/option-checks';
 
 /** Module option `cloudEvents`: what `EventrailCloudEvents.toCloudEvent` writes as `source`. */
 export interface CloudEventsSourceOptions {

@@ -1,5 +1,5 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkInteger, optionNames } from '../util/option-checks';
+import { checkInteger, optionNames } from './option-checks';
 
 /** Where the log is and how it is laid out: what every feature that touches the log reads. */
 export interface LogOptions {

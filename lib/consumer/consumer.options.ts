@@ -2,7 +2,7 @@ import type { ResolvedLogOptions } from '../config/log.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { EventrailMetrics } from '../metrics/eventrail-metrics';
 import type { ResolvedConnectionOptions } from '../redis/connection.options';
-import { checkBoolean, checkInteger, checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, optionNames, rejectUnknownKeys } from '../config/option-checks';
 import { isStreamId } from '../wire/stream-id';
 
 /** Where a group starts reading when it has no committed offset yet. */

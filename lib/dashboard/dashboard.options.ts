@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { DashboardAuthDisabledError } from './errors/dashboard-auth-disabled.error';
 import { DashboardAuthRequiredError } from './errors/dashboard-auth-required.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../config/option-checks';
 
 export interface EventrailDashboardOptions {
   /**

@@ -8,7 +8,7 @@ import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import { EventrailOutboxAdmin } from '../outbox/eventrail-outbox-admin';
 import { describeError } from '../util/describe-error';
-import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
+import { checkInteger, checkObject, optionalInteger, rejectUnknownKeys } from '../config/option-checks';
 import { withTimeout } from '../util/timeout';
 import { evaluateGroup, GroupHealth, GroupLimits } from './group-health';
 import { StallTracker } from './stall-tracker';

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { describeError, errorStack } from '../util/describe-error';
-import { checkObject } from '../util/option-checks';
+import { checkObject } from '../config/option-checks';
 
 /** Why an entry was passed over without a handler call. */
 export type SkipReason = 'duplicate' | 'no-handler';

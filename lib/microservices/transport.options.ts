@@ -1,6 +1,6 @@
 import { CONSUMER_OPTION_NAMES, validateGroupName, type ConsumerOptions } from '../consumer/consumer.options';
 import { resolveModuleOptions, type EventrailModuleOptions, type ResolvedEventrailOptions } from '../module/eventrail.options';
-import { checkObject, rejectUnknownKeys } from '../util/option-checks';
+import { checkObject, rejectUnknownKeys } from '../config/option-checks';
 
 /** The log options both ends of the transport need: where it is and how it is laid out. */
 type LogOptions = Pick<EventrailModuleOptions, 'redis' | 'prefix' | 'partitions' | 'startupTimeoutMs' | 'requireNoEviction' | 'tracing'>;

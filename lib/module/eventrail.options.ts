@@ -27,7 +27,7 @@ import {
 } from '../redis/connection.options';
 import { resolveRetentionOptions, type ResolvedRetentionOptions, type RetentionOptions } from '../retention/retention.options';
 import { resolveTracingOptions, type ResolvedTracingOptions, type TracingOptions } from '../tracing/tracing.options';
-import { checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkObject, optionNames, rejectUnknownKeys } from '../config/option-checks';
 
 /**
  * `forRoot`'s options: each feature's part (the log, the connection, publishing, the consumers), and the

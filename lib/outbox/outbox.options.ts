@@ -1,6 +1,6 @@
 import type { ModuleMetadata } from '@nestjs/common';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, rejectUnknownKeys } from '../config/option-checks';
 import type { OutboxConnector } from './connectors/outbox-connector';
 
 export interface OutboxRelayOptions {

@@ -1,7 +1,7 @@
 import type { ResolvedLogOptions } from '../config/log.options';
 import type { ResolvedConnectionOptions } from '../redis/connection.options';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
-import { checkInteger, optionNames } from '../util/option-checks';
+import { checkInteger, optionNames } from '../config/option-checks';
 
 /** The module options about what `publish` accepts and how it appends. */
 export interface PublisherOptions {

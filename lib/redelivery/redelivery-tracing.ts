@@ -1,19 +1,10 @@
 import type { Link } from '@opentelemetry/api';
 import { isMalformed } from '../wire/codec';
-import type { Redelivery } from './redelivery';
+import type { Redelivery, RedeliveryKind } from './redelivery.types';
+import { parseHeaders, producerContext, REPLAY_HEADER } from '../tracing/trace-headers';
 import { describeError } from '../util/describe-error';
-import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, type OpenTelemetry } from '../tracing/open-telemetry';
+import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM } from '../tracing/open-telemetry';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
-
-/**
- * The header a re-delivered event carries: the W3C `traceparent` of the
- * replay (or restore) span that appended it again. Its own `traceparent`
- * stays the original producer's, so the new attempts link to both.
- */
-export const REPLAY_HEADER = 'replaytraceparent';
-
-/** Why events are appended again: a dead-letter replay, or an archive restore. */
-export type RedeliveryKind = 'replay' | 'restore';
 
 /**
  * A PRODUCER span `replay <event>` (or `replay batch`; `restore ...` for an
@@ -71,21 +62,4 @@ export function startRedeliverySpan(
     }
   };
   return { items: traced, track };
-}
-
-/** The span context a `traceparent` value names, if it is valid. */
-export function producerContext(api: OpenTelemetry, traceparent: string | undefined): ReturnType<OpenTelemetry['trace']['getSpanContext']> {
-  if (traceparent === undefined) return undefined;
-  const context = api.trace.getSpanContext(api.propagation.extract(api.ROOT_CONTEXT, { traceparent }));
-  return context && api.trace.isSpanContextValid(context) ? context : undefined;
-}
-
-export function parseHeaders(json: string | undefined): Record<string, string> {
-  if (json === undefined) return {};
-  try {
-    const parsed: unknown = JSON.parse(json);
-    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, string>) : {};
-  } catch {
-    return {};
-  }
 }

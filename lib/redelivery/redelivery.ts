@@ -1,14 +1,11 @@
 import type { Cluster, Redis } from 'ioredis';
-import { MalformedEntry, RawEntry, redeliveryFields } from '../wire/codec';
+import { redeliveryFields } from '../wire/codec';
 import type { EventrailKeys } from '../redis/keys';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
-import { startRedeliverySpan, type RedeliveryKind } from './redelivery-tracing';
+import { startRedeliverySpan } from './redelivery-tracing';
+import type { Redelivery, RedeliveryKind } from './redelivery.types';
 
-/** An entry to deliver again (from a dead letter or an archive), and the partition it goes back to. */
-export interface Redelivery {
-  partition: number;
-  entry: RawEntry | MalformedEntry;
-}
+export type { Redelivery } from './redelivery.types';
 
 /**
  * Appends `items` back to the log for `group` alone: each keeps its event

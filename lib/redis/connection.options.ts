@@ -1,7 +1,7 @@
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { ResolvedLogOptions } from '../config/log.options';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkBoolean, checkInteger, checkObject, checkOneOf, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, checkOneOf, optionNames, rejectUnknownKeys } from '../config/option-checks';
 import { redactUrl } from '../util/redact-url';
 import { hasRedisScheme, normalizeRedisUrl } from './redis-url';
 

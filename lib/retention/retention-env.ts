@@ -1,5 +1,5 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkOneOf } from '../util/option-checks';
+import { checkOneOf } from '../config/option-checks';
 import type { ArchiveOptions, RetentionOptions } from './retention.options';
 
 const STREAM_MODES = ['maxlen', 'minid', 'age', 'both', 'none'];

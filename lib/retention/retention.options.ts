@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { DEFAULT_STALE_GROUP_MS } from '../admin/group-facts.reader';
-import { checkBoolean, checkInteger, checkObject, optionalInteger, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkInteger, checkObject, optionalInteger, optionNames, rejectUnknownKeys } from '../config/option-checks';
 
 /** Archive to a directory: one gzipped JSONL file per id range. */
 export interface FsArchiveOptions {

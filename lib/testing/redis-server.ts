@@ -3,7 +3,7 @@ import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import Redis from 'ioredis';
 import { InvalidOptionError } from '../errors/invalid-option.error';
-import { checkObject, optionalInteger, rejectUnknownKeys } from '../util/option-checks';
+import { checkObject, optionalInteger, rejectUnknownKeys } from '../config/option-checks';
 
 /** A `redis-server` started by `startRedisServer`. */
 export interface RedisServer {

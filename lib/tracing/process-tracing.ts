@@ -4,7 +4,7 @@ import type { DeadLetterRecord } from '../wire/dead-letter.codec';
 import { isMalformed } from '../wire/codec';
 import { describeError, isError } from '../util/describe-error';
 import { ATTR, eventrailTracer, liveOpenTelemetry, MESSAGING_SYSTEM, openTelemetry, type OpenTelemetry } from './open-telemetry';
-import { parseHeaders, producerContext, REPLAY_HEADER } from '../redelivery/redelivery-tracing';
+import { parseHeaders, producerContext, REPLAY_HEADER } from './trace-headers';
 import type { ResolvedTracingOptions } from './tracing.options';
 
 /**

@@ -1,4 +1,4 @@
-import { checkBoolean, checkObject, optionNames, rejectUnknownKeys } from '../util/option-checks';
+import { checkBoolean, checkObject, optionNames, rejectUnknownKeys } from '../config/option-checks';
 
 /**
  * OpenTelemetry spans around publishing and handling. Used only when

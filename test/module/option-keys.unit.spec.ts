@@ -33,7 +33,7 @@ import {
 } from '../../lib/redis/connection.options';
 import { FS_ARCHIVE_OPTION_NAMES, RETENTION_OPTION_NAMES, S3_ARCHIVE_OPTION_NAMES } from '../../lib/retention/retention.options';
 import { TRACING_OPTION_NAMES } from '../../lib/tracing/tracing.options';
-import { nearestKey } from '../../lib/util/option-checks';
+import { nearestKey } from '../../lib/config/option-checks';
 
 /** Every slip of one letter that still reads as `key`: a letter dropped, doubled, or swapped with the next. */
 function misspellings(key: string): string[] {

@@ -13,7 +13,7 @@ import type { WorkerIdentity } from '../coordination/membership';
 import { RebalanceSignal } from '../coordination/rebalance-signal';
 import { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { traceDeadLetters, traceHandlers, type ProcessTracingConfig } from '../../tracing/process-tracing';
-import { checkInteger, checkObject, rejectUnknownKeys } from '../../util/option-checks';
+import { checkInteger, checkObject, rejectUnknownKeys } from '../../config/option-checks';
 import { waitUntilSettled } from './settle-watch';
 
 /** Options of `EventrailConsumers.settled()`. */
