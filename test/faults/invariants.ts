@@ -151,7 +151,8 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
   const place = new Map<string, { chain: string; index: number; entry: FuzzLogEntry }>();
   for (const partition of run.log) {
     for (const entry of partition) {
-      if (!wants(group, entry)) continue;
+      // An entry passed over because no live member wanted it any more is not in its key's order.
+      if (!wants(group, entry) || !wantedByLiveMember(run, group, entry)) continue;
       const chain = entry.key ?? `#${entry.partition}`;
       const list = chains.get(chain) ?? [];
       chains.set(chain, list);
