@@ -1,6 +1,7 @@
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { DEFAULT_STALE_GROUP_MS } from '../admin/group-facts.reader';
 import { checkBoolean, checkInteger, checkObject, optionalInteger, optionNames, rejectUnknownKeys } from '../config/option-checks';
+import type { S3Options } from './archive/s3.archive-sink';
 
 /** Archive to a directory: one gzipped JSONL file per id range. */
 export interface FsArchiveOptions {
@@ -93,17 +94,7 @@ export interface RetentionOptions {
 export type RetentionSchedule = { kind: 'interval'; ms: number } | { kind: 'cron'; expression: string };
 
 export type ResolvedArchiveOptions =
-  | { driver: 'fs'; dir: string; maxEntriesPerObject: number }
-  | {
-      driver: 's3';
-      bucket: string;
-      prefix: string;
-      region: string;
-      endpoint: string | undefined;
-      credentials: { accessKeyId: string; secretAccessKey: string; sessionToken?: string } | undefined;
-      forcePathStyle: boolean;
-      maxEntriesPerObject: number;
-    };
+  { driver: 'fs'; dir: string; maxEntriesPerObject: number } | ({ driver: 's3'; maxEntriesPerObject: number } & S3Options);
 
 export interface ResolvedRetentionOptions {
   enabled: boolean;
