@@ -46,25 +46,38 @@ export class BatchProcessor {
   async process(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
     const outcomes = new Array<Outcome>(entries.length).fill(ABANDONED);
     const members: Member[] = [];
+    // The checks are part of the first attempt and share its handlerTimeoutMs: all start now, so hanging ones
+    // are refused together when it runs out, not one budget after another; the handler gets what is left.
+    const started = performance.now();
+    const checks = await Promise.all(entries.map((entry) => this.checked(entry)));
+    const leftMs = this.options.handlerTimeoutMs - (performance.now() - started);
     for (let index = 0; index < entries.length; index++) {
-      let payload: Payload;
-      try {
-        payload = this.delivery.decode(entries[index]);
-      } catch (error) {
-        outcomes[index] = await this.delivery.giveUp(entries[index], partition, 'malformed', error, 0, new Date());
+      const checked = checks[index];
+      if ('malformed' in checked) {
+        outcomes[index] = await this.delivery.giveUp(entries[index], partition, 'malformed', checked.malformed, 0, new Date());
         continue;
       }
       // A typed event: data its schema refuses is dead-lettered at once as `invalid` and stays out of the batch.
-      const schema = this.delivery.schemaOf(entries[index]);
-      const checked = schema ? await validatedPayload(schema, entries[index].event, payload, this.options.handlerTimeoutMs) : payload;
       if (checked instanceof EventValidationError) {
         outcomes[index] = await this.delivery.giveUp(entries[index], partition, 'invalid', checked, 0, new Date());
         continue;
       }
       members.push({ index, entry: entries[index], payload: checked });
     }
-    if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes);
+    if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes, leftMs);
     return outcomes;
+  }
+
+  /** An entry's payload as its handler gets it, the schema's refusal, or why it could not be decoded. Never throws. */
+  private async checked(entry: RawEntry): Promise<Payload | EventValidationError | { malformed: unknown }> {
+    let payload: Payload;
+    try {
+      payload = this.delivery.decode(entry);
+    } catch (error) {
+      return { malformed: error };
+    }
+    const schema = this.delivery.schemaOf(entry);
+    return schema ? validatedPayload(schema, entry.event, payload, this.options.handlerTimeoutMs) : payload;
   }
 
   private async runBatch(
@@ -73,6 +86,7 @@ export class BatchProcessor {
     partition: number,
     stop: StopSignal,
     outcomes: Outcome[],
+    checksLeftMs: number,
   ): Promise<void> {
     let firstFailedAt: Date | undefined;
     for (let attempt = 1; ; attempt++) {
@@ -80,7 +94,7 @@ export class BatchProcessor {
       const messages = members.map((m) => this.delivery.message(m.entry, m.payload, partition, attempt));
       let failures: Map<number, unknown>;
       try {
-        failures = reportedFailures(binding.name, await this.call(binding, messages), messages);
+        failures = reportedFailures(binding.name, await this.call(binding, messages, attempt === 1 ? checksLeftMs : undefined), messages);
       } catch (error) {
         const now = new Date();
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
@@ -160,7 +174,7 @@ export class BatchProcessor {
   }
 
   /** Calls the batch handler, failing the attempt with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
-  private call(binding: BatchBinding, messages: EventrailMessage[]): Promise<unknown> {
-    return this.delivery.timed(binding.name, () => binding.call(messages));
+  private call(binding: BatchBinding, messages: EventrailMessage[], leftMs?: number): Promise<unknown> {
+    return this.delivery.timed(binding.name, () => binding.call(messages), leftMs);
   }
 }

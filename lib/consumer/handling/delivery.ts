@@ -67,11 +67,15 @@ export class Delivery {
     };
   }
 
-  /** Runs `call` (a handler named `name`), failing with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`. */
-  async timed<T>(name: string, call: () => T | PromiseLike<T>): Promise<T> {
+  /**
+   * Runs `call` (a handler named `name`), failing with `HandlerTimeoutError` if it does not settle within `handlerTimeoutMs`,
+   * or within `leftMs` when the attempt's schema checks already spent part of it (none left: it fails without the call).
+   */
+  async timed<T>(name: string, call: () => T | PromiseLike<T>, leftMs?: number): Promise<T> {
     const timeoutMs = this.options.handlerTimeoutMs;
     if (timeoutMs <= 0) return call();
-    return withTimeout(Promise.resolve().then(call), timeoutMs, () => {
+    if (leftMs !== undefined && leftMs <= 0) throw new HandlerTimeoutError(name, timeoutMs);
+    return withTimeout(Promise.resolve().then(call), Math.min(leftMs ?? timeoutMs, timeoutMs), () => {
       throw new HandlerTimeoutError(name, timeoutMs);
     });
   }

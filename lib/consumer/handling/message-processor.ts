@@ -120,9 +120,12 @@ export class MessageProcessor {
     partition: number,
     stop: StopSignal,
   ): Promise<Outcome> {
+    const started = performance.now();
     const checked = await validatedPayload(schema, entry.event, payload, this.options.handlerTimeoutMs);
     if (checked instanceof EventValidationError) return this.delivery.giveUp(entry, partition, 'invalid', checked, 0, new Date());
-    return this.attempt(entry, checked, handlers, partition, stop);
+    // The check is part of the first attempt: its handlers get what is left of handlerTimeoutMs.
+    const leftMs = this.options.handlerTimeoutMs - (performance.now() - started);
+    return this.attempt(entry, checked, handlers, partition, stop, 1, undefined, leftMs);
   }
 
   /** Runs `handlers` for attempt `attempt` and onwards, until they all succeed or the message is given up. */
@@ -134,8 +137,9 @@ export class MessageProcessor {
     stop: StopSignal,
     attempt = 1,
     firstFailedAt?: Date,
+    leftMs?: number,
   ): Promise<Outcome> {
-    const { failed, error } = await this.runHandlers(handlers, this.delivery.message(entry, payload, partition, attempt));
+    const { failed, error } = await this.runHandlers(handlers, this.delivery.message(entry, payload, partition, attempt), leftMs);
     if (failed.length === 0) return HANDLED;
     return this.afterFailure(entry, payload, failed, partition, stop, error, attempt, firstFailedAt);
   }
@@ -165,13 +169,14 @@ export class MessageProcessor {
   private async runHandlers(
     handlers: readonly HandlerBinding[],
     message: EventrailMessage,
+    leftMs?: number,
   ): Promise<{ failed: HandlerBinding[]; error: unknown }> {
     const failed: HandlerBinding[] = [];
     let error: unknown;
     for (const handler of handlers) {
       try {
         // Fails the attempt with `HandlerTimeoutError` if the handler does not settle within `handlerTimeoutMs`.
-        await this.delivery.timed(handler.name, () => handler.call(message));
+        await this.delivery.timed(handler.name, () => handler.call(message), leftMs);
       } catch (caught) {
         failed.push(handler);
         error = caught;
