@@ -7,17 +7,28 @@ import { batchBinding } from '../consumer/handling/batch-binding';
 import { ON_EVENT_METADATA, type OnEventDeclaration } from '../decorators/on-event.decorator';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import type { EventrailMessage } from '../events/eventrail-message';
-import { resolveBatchOptions, resolveConsumerOptions, validateGroupName, type ConsumersView } from '../consumer/consumer.options';
+import {
+  CONSUMER_OPTION_NAMES,
+  resolveBatchOptions,
+  resolveConsumerOptions,
+  validateGroupName,
+  type ConsumerOptions,
+  type ConsumersView,
+  type ResolvedConsumerOptions,
+} from '../consumer/consumer.options';
 import { EventrailError } from '../errors/eventrail.error';
 import { InvalidHandlerError } from '../errors/invalid-handler.error';
 import { validateEventName } from '../events/validate-event';
 import { eventOf } from '../events/event-definition';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 
-/** A group's plan while the explorer collects it: handlers by event, options resolved so far. */
+/** A group's plan while the explorer collects it: handlers by event, and the options its `@OnEvent`s wrote. */
 interface PlanDraft {
   handlers: Map<string, HandlerBinding[]>;
-  options: GroupPlan['options'];
+  /** The module's `consumer` options under `groups.<name>`: what the decorators' options go over. */
+  base: ResolvedConsumerOptions;
+  /** Each option some `@OnEvent` of the group set, with the method that set it first. */
+  written: Map<keyof ConsumerOptions, { value: unknown; by: string }>;
 }
 
 /**
@@ -50,7 +61,15 @@ export class EventrailExplorer implements OnModuleInit {
       const className = metatype.name ?? 'anonymous class';
       for (const declaration of declarations) this.add(drafts, wrapper, className, declaration);
     }
-    return [...drafts].map(([group, { handlers, options }]) => ({ group, handlers, options }));
+    return [...drafts].map(([group, { handlers, base, written }]) => {
+      // Resolved once from everything written, so the result does not depend on which method came first.
+      const options = resolveConsumerOptions(
+        `@OnEvent options of group "${group}"`,
+        Object.fromEntries([...written].map(([key, { value }]) => [key, value])) as ConsumerOptions,
+        base,
+      );
+      return { group, handlers, options };
+    });
   }
 
   private add(drafts: Map<string, PlanDraft>, wrapper: InstanceWrapper, className: string, d: OnEventDeclaration): void {
@@ -75,12 +94,11 @@ export class EventrailExplorer implements OnModuleInit {
       throw error;
     }
     const draft = this.draftOf(drafts, d.group);
-    // The decorator's options apply to the whole group, over the module's and `groups.<name>`.
-    if (Object.keys(d.options).length > 0) {
-      draft.options = resolveConsumerOptions(`@OnEvent on ${className}.${member}`, d.options, draft.options);
-    }
-    const instance = wrapper.instance as Record<string | symbol, (message: never) => unknown>;
     const name = `${className}.${member}`;
+    // Checked on their own first, so that a bad value names its method.
+    resolveConsumerOptions(`@OnEvent on ${name}`, d.options, draft.base);
+    writeGroupOptions(draft, d.group, className, member, d.options);
+    const instance = wrapper.instance as Record<string | symbol, (message: never) => unknown>;
     const method = instance[d.member].bind(instance) as (message: never) => unknown;
     for (const { name: event, schema } of events as Array<{ name: string; schema?: StandardSchemaV1 }>) {
       const binding: HandlerBinding = batch
@@ -114,8 +132,8 @@ export class EventrailExplorer implements OnModuleInit {
   private draftOf(drafts: Map<string, PlanDraft>, group: string): PlanDraft {
     let draft = drafts.get(group);
     if (!draft) {
-      const options = resolveConsumerOptions(`groups.${group}`, this.options.groups[group], this.options.consumer);
-      drafts.set(group, (draft = { handlers: new Map(), options }));
+      const base = resolveConsumerOptions(`groups.${group}`, this.options.groups[group], this.options.consumer);
+      drafts.set(group, (draft = { handlers: new Map(), base, written: new Map() }));
     }
     return draft;
   }
@@ -135,4 +153,38 @@ function shareSchema(list: HandlerBinding[], added: StandardSchemaV1 | undefined
   const schema = added ?? other?.schema;
   if (schema !== undefined) for (const binding of list) binding.schema = schema;
   return undefined;
+}
+
+/**
+ * The decorator's options apply to the whole group (one set of workers reads
+ * it), over the module's and `groups.<name>`. Two methods that set one of
+ * them to different values are refused: neither would know which one holds.
+ * A method that leaves an option unset takes the value its group's other
+ * methods set.
+ */
+function writeGroupOptions(draft: PlanDraft, group: string, className: string, member: string, options: ConsumerOptions): void {
+  for (const key of CONSUMER_OPTION_NAMES) {
+    const value: unknown = options[key];
+    if (value === undefined) continue;
+    const earlier = draft.written.get(key);
+    if (earlier === undefined) draft.written.set(key, { value, by: `${className}.${member}` });
+    else if (!sameValue(earlier.value, value)) {
+      throw new InvalidHandlerError(
+        className,
+        member,
+        `"${key}" of group "${group}" is ${JSON.stringify(value)} here and ${JSON.stringify(earlier.value)} in ${earlier.by}; ` +
+          `@OnEvent options apply to the whole group, so its methods must agree: set it on one of them, or under groups.${group} in the module options`,
+      );
+    }
+  }
+}
+
+/** Equal as option values: by value, into objects (such as `initialOffset`) and Dates, not by reference. */
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (a instanceof Date || b instanceof Date) return a instanceof Date && b instanceof Date && a.getTime() === b.getTime();
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  return [...new Set([...Object.keys(x), ...Object.keys(y)])].every((key) => sameValue(x[key], y[key]));
 }
