@@ -190,12 +190,17 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     if (rows.length === 0) return this.notified ? 'more' : 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
+    // Keys with a row failed in this batch: their later rows wait behind it (the next reads leave them out).
+    const heldKeys = new Set<string>();
     for (const row of rows) {
+      const key = row.key as string | null;
+      if (key !== null && heldKeys.has(key)) continue;
       try {
         inputs.push(toPublishInput(row));
         kept.push(row);
       } catch (error) {
         await this.fail(session, row, `its data or headers are not JSON (${describeError(error)})`);
+        if (key !== null) heldKeys.add(key);
       }
     }
     if (inputs.length === 0) return 'more';
@@ -247,24 +252,30 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const columns = 'id, event_id, event, key, partition, data, headers';
     const limit = this.options.relay.batchSize;
     const log = this.eventrail.prefix;
-    // This log's rows (and rows from before logs were recorded) that are not failed. Placeholders in order: `n` is the first.
-    const mine = (n: number): string => `failed is null and id <> all($${n}::bigint[]) and (log = $${n + 1} or log is null)`;
+    // This log's rows (and rows from before logs were recorded) that are not failed and not held: a keyed row
+    // waits behind an earlier failed row of its key, so fixing that row later keeps the key's order (the
+    // partial index on (key, id) where failed is not null answers this). Placeholders in order: `n` is the first.
+    const mine = (n: number): string =>
+      `r.failed is null and r.id <> all($${n}::bigint[]) and (r.log = $${n + 1} or r.log is null)
+       and (r.key is null or not exists (select 1 from ${table} f where f.failed is not null and f.key = r.key and f.id < r.id
+         and (f.log = $${n + 2} or f.log is null)))`;
     const deleting = this.appended;
     this.appended = [];
     // A NOTIFY from here on may be for a row this read does not see: it makes the batch `more`.
     this.notified = false;
     try {
       if (deleting.length === 0) {
-        return await session.query(`select ${columns} from ${table} where ${mine(1)} order by id limit $3`, [
+        return await session.query(`select ${columns} from ${table} r where ${mine(1)} order by r.id limit $4`, [
           [...inFlight, ...this.deleting],
+          log,
           log,
           limit,
         ]);
       }
       return await session.query(
         `with gone as (delete from ${table} where id = any($1::bigint[]))
-         select ${columns} from ${table} where ${mine(2)} order by id limit $4`,
-        [deleting, [...deleting, ...inFlight, ...this.deleting], log, limit],
+         select ${columns} from ${table} r where ${mine(2)} order by r.id limit $5`,
+        [deleting, [...deleting, ...inFlight, ...this.deleting], log, log, limit],
       );
     } catch (error) {
       this.appended = [...deleting, ...this.appended];
@@ -312,13 +323,18 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   /** Finds the rows of a refused batch that the publisher refuses, and sets their `failed` so the rest can go on. */
   private async markFailed(session: RelaySession, rows: Row[], inputs: PublishInput[]): Promise<number> {
     let failed = 0;
+    // A key's rows after its first refused one are held (the re-read leaves them out), not judged.
+    const heldKeys = new Set<string>();
     for (let i = 0; i < rows.length; i++) {
+      const key = rows[i].key as string | null;
+      if (key !== null && heldKeys.has(key)) continue;
       const { event, data, ...options } = inputs[i];
       try {
         // Rows hold event names: the relay builds its inputs from them.
         this.publisher.check(event as string, data, options);
       } catch (error) {
         await this.fail(session, rows[i], describeError(error));
+        if (key !== null) heldKeys.add(key);
         failed++;
       }
     }
@@ -327,7 +343,13 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
 
   private async fail(session: RelaySession, row: Row, reason: string): Promise<void> {
     const { outboxTable } = this.options;
-    this.logger.error(`Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}`);
+    const held =
+      row.key === null || row.key === undefined
+        ? ''
+        : `; the later rows of key ${JSON.stringify(row.key)} wait behind it until it is fixed (update ... set failed = null) or deleted`;
+    this.logger.error(
+      `Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}${held}`,
+    );
     await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, String(row.id)]);
     this.counters.failedRows++;
   }
