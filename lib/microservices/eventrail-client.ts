@@ -67,16 +67,19 @@ export class EventrailClient extends ClientProxy {
     const redis = new EventrailRedis(this.options);
     this.pending = redis;
     let closed = false;
+    let abandon: () => void = () => undefined;
     const abandoned = new Promise<void>((resolve) => {
-      this.abandonConnect = () => {
+      abandon = () => {
         closed = true;
         resolve();
       };
     });
+    this.abandonConnect = abandon;
     try {
       await Promise.race([redis.onModuleInit(), abandoned]);
     } finally {
-      this.abandonConnect = undefined;
+      // A connect made after a close (in the same tick, say) has its own: this one must not clear it.
+      if (this.abandonConnect === abandon) this.abandonConnect = undefined;
       if (this.pending === redis) this.pending = undefined;
     }
     if (closed) throw new ClientClosedError();

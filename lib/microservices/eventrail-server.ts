@@ -48,6 +48,8 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
   private generation = 0;
   /** Ends the current start's wait for Redis at once (set while it waits). */
   private abandonStart?: () => void;
+  /** The close under way, which a close called meanwhile waits for too. */
+  private closing?: Promise<void>;
 
   constructor(options: EventrailServerOptions) {
     super();
@@ -75,8 +77,20 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
     const { consumers, redis } = this;
     this.consumers = undefined;
     this.redis = undefined;
-    await consumers?.stop();
-    await redis?.onApplicationShutdown();
+    // A second caller (a signal handler and the app's own close, say) resolves only once the first close's
+    // running handlers have finished too, not as soon as it finds nothing left to stop.
+    const earlier = this.closing;
+    const stopping = (async () => {
+      await consumers?.stop();
+      await redis?.onApplicationShutdown();
+    })();
+    const closing = Promise.all([earlier, stopping]).then(() => undefined);
+    this.closing = closing;
+    try {
+      await closing;
+    } finally {
+      if (this.closing === closing) this.closing = undefined;
+    }
     this._status$.next('disconnected');
   }
 
@@ -99,12 +113,15 @@ export class EventrailServer extends Server<Record<string, never>, ServerStatus>
     const redis = new EventrailRedis(this.options);
     // Known before it answers, so a close meanwhile disconnects it rather than leaving it to reconnect.
     this.redis = redis;
-    const closed = new Promise<void>((resolve) => (this.abandonStart = resolve));
+    let abandon: () => void = () => undefined;
+    const closed = new Promise<void>((resolve) => (abandon = resolve));
+    this.abandonStart = abandon;
     try {
       // Fails within startupTimeoutMs with RedisUnavailableError (and disconnects) when Redis does not answer.
       await Promise.race([redis.onModuleInit(), closed]);
     } finally {
-      this.abandonStart = undefined;
+      // A start made after a close has its own: this one must not clear it.
+      if (this.abandonStart === abandon) this.abandonStart = undefined;
     }
     if (!open()) return;
     const consumers = new EventrailConsumers(redis, this.options);

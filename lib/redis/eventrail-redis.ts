@@ -52,6 +52,8 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   /** Remembers what each node refused (`CONFIG`, `INFO`, `ROLE`, `WAIT`), so it is never asked again. */
   private readonly probe = new ServerProbe();
   private prepared?: Promise<void>;
+  /** Ends a startup still waiting for Redis (set while `onModuleInit` waits). */
+  private endStartupWait?: () => void;
 
   constructor(@Inject(EVENTRAIL_OPTIONS) private readonly options: RedisView) {
     this.keys = new EventrailKeys(options.prefix, options.partitions);
@@ -153,6 +155,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.endStartupWait?.();
     for (const connection of this.duplicates) connection.disconnect();
     this.duplicates.clear();
     if (this.owned) await this.client.quit().catch(() => this.client.disconnect());
@@ -169,13 +172,18 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       () => waiting,
       (error) => (lastError = error),
     );
+    // A shutdown while this waits (a transport closed during its start) ends the wait, and with it the timer.
+    const ended = new Promise<never>((_, reject) => {
+      this.endStartupWait = () => reject(new RedisUnavailableError('shut down while waiting for Redis at startup', lastError));
+    });
     this.client.on('error', keep);
     try {
-      await withTimeout(prepared, timeoutMs, () => {
+      await withTimeout(Promise.race([prepared, ended]), timeoutMs, () => {
         throw new RedisUnavailableError(`no answer within startupTimeoutMs (${timeoutMs} ms) at startup`, lastError);
       });
     } finally {
       waiting = false;
+      this.endStartupWait = undefined;
       this.client.off('error', keep);
     }
   }
