@@ -11,6 +11,7 @@ import type { HandlerMap } from '../handling/group-plan';
 import { AcquiredLease, PartitionLease } from '../coordination/lease';
 import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
+import { claimGroup, releaseGroup } from '../coordination/group-claims';
 import { MessageProcessor } from '../handling/message-processor';
 import { PartitionWorker } from '../pipeline/partition-worker';
 import { Semaphore } from '../../util/semaphore';
@@ -91,6 +92,7 @@ export class GroupConsumer {
 
   async start(): Promise<void> {
     const stops = this.stops;
+    claimGroup(this.redis.keys.prefix, this.name, this, this.label(), this.handlers.keys());
     // Asked before join() registers the group: a new group's offsets are set when its partitions are first taken.
     const backlog = await this.newGroupBacklog();
     this.members = await this.membership.join(this.handlers.keys());
@@ -108,6 +110,12 @@ export class GroupConsumer {
     if (this.stops !== stops) await this.stop();
   }
 
+  /** The handlers of this consumer, for errors that name it: `Class.method, @EventPattern('x')`. */
+  private label(): string {
+    const names = [...this.handlers.values()].flatMap((bindings) => bindings.map((b) => b.name));
+    return [...new Set(names)].join(', ');
+  }
+
   /**
    * Another worker joined or left, or an admin moved the offsets: heartbeat,
    * check the leases and rebalance now rather than at the next tick.
@@ -119,6 +127,8 @@ export class GroupConsumer {
   /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
   async stop(): Promise<void> {
     this.stops++;
+    // Given back even when the start failed on its way: the claim was taken first.
+    releaseGroup(this.redis.keys.prefix, this.name, this);
     if (!this.running) return;
     this.running = false;
     clearInterval(this.timer);
