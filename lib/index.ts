@@ -82,6 +82,9 @@ export type { EventrailCloudEventsOptions } from './cloudevents/cloud-events-ing
 export { CloudEventsRequestTooLargeError } from './cloudevents/errors/cloud-events-request-too-large.error';
 export { IngressAuthRequiredError } from './cloudevents/errors/ingress-auth-required.error';
 export { InvalidCloudEventError } from './cloudevents/errors/invalid-cloud-event.error';
+export { CloudEventsBodyUnreadError } from './cloudevents/errors/cloud-events-body-unread.error';
+export { InvalidUtf8BodyError } from './cloudevents/errors/invalid-utf8-body.error';
+export { UnsupportedCloudEventsBodyError } from './cloudevents/errors/unsupported-cloud-events-body.error';
 export type { TracingOptions } from './tracing/tracing.options';
 
 // Errors of the core: one base class, a subclass per problem

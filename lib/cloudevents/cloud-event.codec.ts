@@ -61,8 +61,6 @@ const CONTEXT_ATTRIBUTES = new Set([
   'data',
   'data_base64',
 ]);
-/** Headers only the attributes set: the `eventrailheaders` extension may not carry them. */
-const ATTRIBUTE_HEADERS: ReadonlySet<string> = new Set(Object.values(CLOUD_EVENT_HEADERS));
 /** The name-based UUID namespace of `cloudEventId` (RFC 9562's URL namespace). */
 const URL_NAMESPACE = Buffer.from('6ba7b8119dad11d180b400c04fd430c8', 'hex');
 /** CloudEvents 1.0: extension names are lowercase ASCII letters and digits. */
@@ -214,8 +212,9 @@ function unpackHeaders(value: unknown): Record<string, string> {
     throw new InvalidCloudEventError(HEADERS_EXTENSION, 'must be the JSON text of an object of string values');
   }
   for (const name of Object.keys(parsed)) {
-    if (ATTRIBUTE_HEADERS.has(name.toLowerCase()))
-      throw new InvalidCloudEventError(HEADERS_EXTENSION, `may not carry ${name}: that header is set by the attribute only`);
+    // Every ce-* name is kept for attributes (ce-type, ce-subject, ... included), whatever its case.
+    if (name.toLowerCase().startsWith('ce-'))
+      throw new InvalidCloudEventError(HEADERS_EXTENSION, `may not carry ${name}: ce-* headers are set by the attributes only`);
     if (name === '__proto__') throw new InvalidCloudEventError(HEADERS_EXTENSION, 'may not carry a header named __proto__');
   }
   return parsed as Record<string, string>;

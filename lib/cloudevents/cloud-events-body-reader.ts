@@ -1,11 +1,12 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
+import { ApplicationConfig, HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { CLOUD_EVENTS_OPTIONS } from './cloud-events.constants';
 import type { ResolvedCloudEventsOptions } from './cloud-events-ingress.options';
 import { CloudEventsRequestTooLargeError } from './errors/cloud-events-request-too-large.error';
+import { checkContentEncoding } from './cloud-events-http';
 
 /** The content types of structured and batch mode, which neither Express's nor Fastify's default parsers read. */
 export const CLOUD_EVENTS_CONTENT_TYPES = ['application/cloudevents+json', 'application/cloudevents-batch+json'];
@@ -29,7 +30,11 @@ interface FastifyInstanceLike {
   addHook(name: 'onRoute', hook: (route: FastifyRoute) => void): void;
 }
 
-type PreParsing = (request: RawBodyRequest, reply: unknown, payload: Readable) => Promise<Readable>;
+type PreParsing = (
+  request: RawBodyRequest & { headers: IncomingMessage['headers'] },
+  reply: unknown,
+  payload: Readable,
+) => Promise<Readable>;
 
 interface FastifyRoute {
   url: string;
@@ -70,6 +75,7 @@ export class CloudEventsBodyReader {
     adapterHost: HttpAdapterHost,
     @Inject(CLOUD_EVENTS_OPTIONS) private readonly options: ResolvedCloudEventsOptions,
     @Inject(EVENTRAIL_OPTIONS) private readonly moduleOptions: { maxPayloadBytes: number },
+    private readonly appConfig: ApplicationConfig,
   ) {
     this.limit = moduleOptions.maxPayloadBytes + ATTRIBUTE_ROOM_BYTES;
     adapterHost.init$.subscribe(() => this.install(adapterHost));
@@ -117,14 +123,46 @@ export class CloudEventsBodyReader {
     if (type === 'fastify') this.installFastify(adapter!.getInstance!() as FastifyInstanceLike);
   }
 
-  /** Whether a request path (the global prefix, if any, included) is the ingress's. */
-  private isIngress(path: string): boolean {
-    return path === this.options.path || path.endsWith(this.options.path);
+  /**
+   * The ingress route's full path as Nest mounts it: the global prefix, then `path`. Read at each use, since the
+   * app sets its prefix after this reader is made.
+   */
+  private routePath(): string {
+    const prefix = this.appConfig.getGlobalPrefix().replace(/^\/+|\/+$/g, '');
+    return prefix === '' ? this.options.path : `/${prefix}${this.options.path}`;
+  }
+
+  /**
+   * Whether Express routes a request path to the ingress, matched as its router matches a route: case-insensitive,
+   * one trailing slash allowed, percent-encoding decoded. Only the ingress's own route: another route whose path
+   * merely ends the same way keeps the app's parsers and limits.
+   */
+  private isExpressIngress(url: string): boolean {
+    let path = url.split('?')[0];
+    try {
+      path = decodeURIComponent(path);
+    } catch {
+      // Not decodable: compared as sent.
+    }
+    if (path.length > 1 && path.endsWith('/')) path = path.slice(0, -1);
+    return path.toLowerCase() === this.routePath().toLowerCase();
   }
 
   private installExpress(express: { use(handler: ExpressMiddleware): void }): void {
     express.use((request, response, next) => {
-      if (request.method !== 'POST' || !this.isIngress((request.url ?? '').split('?')[0])) return next();
+      if (request.method !== 'POST' || !this.isExpressIngress(request.url ?? '')) return next();
+      const refuse = (status: number, error: Error): void => {
+        // The rest of the body is not read: the connection closes after this answer.
+        response.statusCode = status;
+        response.setHeader('content-type', 'application/json; charset=utf-8');
+        response.setHeader('connection', 'close');
+        response.end(JSON.stringify({ statusCode: status, error: error.name, message: error.message }));
+      };
+      try {
+        checkContentEncoding(request.headers);
+      } catch (error) {
+        return refuse(415, error as Error);
+      }
       this.read(request).then(
         (body) => {
           (request as RawBodyRequest)[RAW_BODY] = body;
@@ -132,11 +170,7 @@ export class CloudEventsBodyReader {
         },
         (error: unknown) => {
           if (!(error instanceof CloudEventsRequestTooLargeError)) return next(error);
-          // The rest of the body is not read: the connection closes after this answer.
-          response.statusCode = 413;
-          response.setHeader('content-type', 'application/json; charset=utf-8');
-          response.setHeader('connection', 'close');
-          response.end(JSON.stringify({ statusCode: 413, error: error.name, message: error.message }));
+          refuse(413, error);
         },
       );
     });
@@ -148,6 +182,14 @@ export class CloudEventsBodyReader {
         fastify.addContentTypeParser(type, { parseAs: 'buffer' }, (_r, body, done) => done(null, body));
     }
     const keepBytes: PreParsing = (request, _reply, payload) => {
+      try {
+        checkContentEncoding(request.headers);
+      } catch (error) {
+        return Promise.reject(error as Error);
+      }
+      // The HTTP binding: binary mode without Content-Type is JSON data, as on Express (Fastify would answer 415).
+      if (request.headers['content-type'] === undefined && request.headers['ce-specversion'] !== undefined)
+        request.headers['content-type'] = 'application/json';
       const chunks: Buffer[] = [];
       const tee = new Transform({
         transform(chunk: Buffer, _encoding, callback) {
@@ -163,12 +205,13 @@ export class CloudEventsBodyReader {
     };
     fastify.addHook('onRoute', (route) => {
       const methods = Array.isArray(route.method) ? route.method : [route.method];
-      if (!methods.includes('POST') || !this.isIngress(route.url)) return;
+      // Fastify registers the route with its full path (global prefix included): only that exact route.
+      if (!methods.includes('POST') || route.url !== this.routePath()) return;
       route.bodyLimit = this.limit;
       route.preParsing = [...(route.preParsing === undefined ? [] : [route.preParsing].flat()), keepBytes];
       route.errorHandler ??= (error, request, reply) => {
         // Only what fails before the handler runs lands here (the body's size, type or syntax).
-        const status = error.statusCode ?? 500;
+        const status = (error as { statusCode?: number }).statusCode ?? 500;
         const declared = Number(request.headers['content-length']);
         const refused = status === 413 ? this.tooLarge(Number.isFinite(declared) ? declared : null) : error;
         reply.code(status).send({ statusCode: status, error: refused.name, message: refused.message });

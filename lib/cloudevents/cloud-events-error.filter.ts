@@ -5,6 +5,8 @@ import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { ReplicationTimeoutError } from '../errors/replication-timeout.error';
 import { describeError } from '../util/describe-error';
+import { CloudEventsBodyUnreadError } from './errors/cloud-events-body-unread.error';
+import { UnsupportedCloudEventsBodyError } from './errors/unsupported-cloud-events-body.error';
 
 /**
  * Failures of the ingress as `{ statusCode, error, message }`: a CloudEvent or
@@ -32,6 +34,11 @@ export class CloudEventsErrorFilter implements ExceptionFilter {
       return [HttpStatus.SERVICE_UNAVAILABLE, error.name, error.message];
     }
     if (error instanceof PayloadTooLargeError) return [HttpStatus.PAYLOAD_TOO_LARGE, error.name, error.message];
+    if (error instanceof UnsupportedCloudEventsBodyError) return [HttpStatus.UNSUPPORTED_MEDIA_TYPE, error.name, error.message];
+    if (error instanceof CloudEventsBodyUnreadError) {
+      this.logger.error(error.message);
+      return [HttpStatus.INTERNAL_SERVER_ERROR, error.name, error.message];
+    }
     if (error instanceof EventrailError) return [HttpStatus.BAD_REQUEST, error.name, error.message];
     this.logger.error(`CloudEvents ingress failed: ${describeError(error)}`);
     return [HttpStatus.INTERNAL_SERVER_ERROR, 'InternalServerError', 'Internal server error'];

@@ -1,10 +1,13 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingHttpHeaders } from 'node:http';
 import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
+import { InvalidUtf8BodyError } from './errors/invalid-utf8-body.error';
+import { UnsupportedCloudEventsBodyError } from './errors/unsupported-cloud-events-body.error';
 
 /** How a CloudEvent arrived over HTTP (CloudEvents HTTP protocol binding 1.0). */
 export type HttpMode = 'binary' | 'structured' | 'batch';
 
-/** The request's body, as the bytes that were sent (UTF-8 text). */
+/** The request's body, as the bytes that were sent (refused unless UTF-8 text). */
 export type HttpBody = Buffer;
 
 const STRUCTURED = 'application/cloudevents+json';
@@ -20,6 +23,52 @@ export function httpMode(headers: IncomingHttpHeaders): HttpMode | null {
   return headers['ce-specversion'] !== undefined ? 'binary' : null;
 }
 
+/** Refuses a compressed body (`UnsupportedCloudEventsBodyError`): the ingress stores bytes as sent and decodes none. */
+export function checkContentEncoding(headers: IncomingHttpHeaders): void {
+  const encoding = headers['content-encoding']?.trim().toLowerCase();
+  if (encoding !== undefined && encoding !== '' && encoding !== 'identity')
+    throw new UnsupportedCloudEventsBodyError('content-encoding', encoding);
+}
+
+/**
+ * Refuses a `ce-*` header sent more than once (Node would join the values with ", " into one attribute),
+ * from the request's raw header list.
+ */
+export function checkRepeatedAttributeHeaders(rawHeaders: readonly string[]): void {
+  const seen = new Set<string>();
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i].toLowerCase();
+    if (!name.startsWith(CE_PREFIX)) continue;
+    if (seen.has(name)) throw new InvalidCloudEventError(name, 'is sent more than once: a CloudEvent attribute has one value');
+    seen.add(name);
+  }
+}
+
+/**
+ * The body as text: UTF-8 (or US-ASCII, a subset) only, since data is stored as JSON text; another charset
+ * is refused (415), and bytes that are not valid UTF-8 (400, naming the first one's offset).
+ */
+function bodyText(headers: IncomingHttpHeaders, body: HttpBody): string {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(headers['content-type'] ?? '')?.[1].toLowerCase();
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8' && charset !== 'us-ascii')
+    throw new UnsupportedCloudEventsBodyError('content-type', charset);
+  if (!isUtf8(body)) throw new InvalidUtf8BodyError(firstInvalidUtf8(body));
+  return body.toString('utf8');
+}
+
+/** The offset of the first byte that does not start or continue a valid UTF-8 sequence. */
+function firstInvalidUtf8(bytes: Buffer): number {
+  let i = 0;
+  while (i < bytes.length) {
+    const b = bytes[i];
+    const length = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    if (length === 0) return i;
+    if (length > 1 && !isUtf8(bytes.subarray(i, i + length))) return i;
+    i += length;
+  }
+  return bytes.length;
+}
+
 /**
  * The events of a request in structured form, for `fromCloudEvent`: the
  * parsed body in structured mode, its elements in batch mode, and in binary
@@ -28,7 +77,7 @@ export function httpMode(headers: IncomingHttpHeaders): HttpMode | null {
  * `data` (parsed, once, when it is JSON; else the text as sent).
  */
 export function eventsFromHttp(mode: HttpMode, headers: IncomingHttpHeaders, body: HttpBody): unknown[] {
-  const text = body.toString('utf8');
+  const text = bodyText(headers, body);
   if (mode === 'structured') return [parsed(text)];
   if (mode === 'batch') {
     const events = parsed(text);

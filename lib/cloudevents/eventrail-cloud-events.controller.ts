@@ -13,10 +13,11 @@ import {
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { InvalidCloudEventError } from './errors/invalid-cloud-event.error';
+import { CloudEventsBodyUnreadError } from './errors/cloud-events-body-unread.error';
 import type { EventrailPublisher, PublishResult } from '../publisher/eventrail.publisher';
 import { fromCloudEvents } from './cloud-event.codec';
 import { CloudEventsBodyReader, RAW_BODY, type RawBodyRequest } from './cloud-events-body-reader';
-import { eventsFromHttp, httpMode, type HttpBody } from './cloud-events-http';
+import { checkContentEncoding, checkRepeatedAttributeHeaders, eventsFromHttp, httpMode, type HttpBody } from './cloud-events-http';
 import { CLOUD_EVENTS_OPTIONS, CLOUD_EVENTS_PUBLISHER } from './cloud-events.constants';
 import type { ResolvedCloudEventsOptions } from './cloud-events-ingress.options';
 
@@ -65,6 +66,8 @@ export class EventrailCloudEventsController {
           'structured mode (application/cloudevents+json) or batch mode (application/cloudevents-batch+json)',
       );
     }
+    checkContentEncoding(request.headers);
+    if (mode === 'binary') checkRepeatedAttributeHeaders((request.raw ?? request).rawHeaders);
     const events = eventsFromHttp(mode, request.headers, await this.body(request));
     if (events.length === 0) throw new InvalidCloudEventError('(batch)', 'is empty');
     if (events.length > this.options.maxBatchSize) {
@@ -78,8 +81,14 @@ export class EventrailCloudEventsController {
   private body(request: IngressRequest): Promise<HttpBody> {
     const kept = request[RAW_BODY];
     if (kept !== undefined) return Promise.resolve(kept);
-    // Fastify calls no parser for an empty body; on Express the reader reads every request of the ingress's path.
-    if (request.raw !== undefined || request.readableEnded) return Promise.resolve(Buffer.alloc(0));
+    // Fastify calls no parser for an empty body.
+    if (request.raw !== undefined) return Promise.resolve(Buffer.alloc(0));
+    if (request.readableEnded) {
+      // Another reader took the body (a path the ingress's reader did not recognise): refused, never stored as null.
+      const declared = Number(request.headers['content-length'] ?? 0);
+      if (declared > 0 || request.headers['transfer-encoding'] !== undefined) throw new CloudEventsBodyUnreadError(request.url ?? '');
+      return Promise.resolve(Buffer.alloc(0));
+    }
     return this.bodyReader.read(request);
   }
 }
