@@ -1,4 +1,4 @@
-import { parseMemberInfo } from './membership';
+import { parseMemberInfo } from './member-info';
 
 /** What the live members of a group want, as their heartbeats registered it. */
 export interface GroupWants {

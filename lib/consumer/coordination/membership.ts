@@ -1,6 +1,9 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
 import { groupWants, NO_WANTS, type GroupWants } from './group-wants';
+import { parseMemberInfo, type MemberInfo } from './member-info';
+
+export { parseMemberInfo, type MemberInfo } from './member-info';
 
 /** Who a worker is, in every group it joins. */
 export interface WorkerIdentity {
@@ -9,16 +12,6 @@ export interface WorkerIdentity {
   host: string;
   pid: number;
   startedAt: number;
-}
-
-/** What a member records about itself for the admin API; with the TTL, its heartbeat expiry gives its last heartbeat. */
-export interface MemberInfo {
-  host?: string;
-  pid?: number;
-  startedAt?: number;
-  heartbeatTtlMs?: number;
-  /** The event types it handles in this group: the group wants the union over its live members (see `groupWants`). */
-  events?: string[];
 }
 
 /**
@@ -132,14 +125,4 @@ export function redisTimeToMs([seconds, micros]: ReadonlyArray<string | number>)
 /** Unix ms on the Redis clock: what heartbeats, expiries and last-seen times are written on. */
 export async function readRedisClock(client: Redis | Cluster): Promise<number> {
   return redisTimeToMs(await client.time());
-}
-
-/** Member details as stored; unreadable details give an empty record (the member is reported without them). */
-export function parseMemberInfo(json: string | undefined): MemberInfo {
-  if (!json) return {};
-  try {
-    return JSON.parse(json) as MemberInfo;
-  } catch {
-    return {};
-  }
 }
