@@ -1,6 +1,6 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { createServer, Socket } from 'node:net';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import Redis from 'ioredis';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { checkObject, optionalInteger, rejectUnknownKeys } from '../config/option-checks';
@@ -13,6 +13,7 @@ export interface RedisServer {
   /**
    * Stops the server and waits for it to exit: SIGKILL unless told otherwise;
    * another signal is followed by SIGKILL if the server is still there after 5 s.
+   * A signal name Node does not know is refused (`InvalidOptionError`) before anything is sent.
    */
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
@@ -66,6 +67,7 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
   if (!Array.isArray(extraArgs) || extraArgs.some((arg) => typeof arg !== 'string')) {
     throw new InvalidOptionError('startRedisServer.args', extraArgs, 'an array of strings');
   }
+  refuseDaemonize(extraArgs);
   const chosen = port ?? (await freePort());
   // The temp dir as its working directory, where nothing is written without persistence
   // (eventrail's CI finds a server left behind by an interrupted run through its private TMPDIR).
@@ -88,8 +90,13 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
   const child = spawn('redis-server', [...args, ...extraArgs], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   child.unref();
   running.add(child);
+  const watchdog = watch(child.pid as number);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  void exited.then(() => running.delete(child));
+  void exited.then(() => {
+    running.delete(child);
+    // Its server is gone: the watchdog must not kill whatever process gets that pid next.
+    watchdog?.kill('SIGKILL');
+  });
   let output = '';
   const keep = (chunk: Buffer): void => void (output = (output + chunk.toString()).slice(-2000));
   const pipes = [child.stdout, child.stderr] as Socket[];
@@ -118,6 +125,9 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
     port: chosen,
     pid: child.pid as number,
     async stop(signal: NodeJS.Signals = 'SIGKILL') {
+      if (typeof signal !== 'string' || !Object.hasOwn(constants.signals, signal)) {
+        throw new InvalidOptionError('RedisServer.stop(signal)', signal, 'a signal name Node knows, such as SIGTERM or SIGKILL');
+      }
       if (child.exitCode !== null || child.signalCode !== null) return;
       // The child was unref'd so that a forgotten server never holds the process open; while
       // stop() waits for its exit, it must, or Node finds nothing to wait for and exits with
@@ -129,6 +139,44 @@ export async function startRedisServer(options: StartRedisServerOptions = {}): P
       clearTimeout(timer);
     },
   };
+}
+
+/** `--daemonize yes` would fork the server away at once: it could not be watched, stopped, or killed with this process. */
+function refuseDaemonize(args: string[]): void {
+  for (let i = 0; i < args.length; i++) {
+    if (/^--daemonize$/i.test(args[i]) && args[i + 1]?.toLowerCase() !== 'no') {
+      throw new InvalidOptionError(
+        'startRedisServer.args',
+        args,
+        `no '--daemonize ${args[i + 1] ?? ''}': a daemonized server leaves its parent at once, so it could not be stopped or watched`,
+      );
+    }
+  }
+}
+
+/**
+ * A parent-death watchdog for the server `pid`: a small shell, in its own
+ * process group, that waits for its stdin to close and then kills the
+ * server. This process holds the other end of that pipe, so the pipe closes
+ * however this process ends: a SIGTERM or SIGKILL included, where no 'exit'
+ * hook runs (a redis-server cannot be asked to die with its parent, as
+ * prctl's PDEATHSIG would). Neither it nor its pipe keeps this process
+ * alive. Undefined where no `sh` runs it (then only the 'exit' hook remains).
+ */
+function watch(pid: number): ChildProcess | undefined {
+  try {
+    const dog = spawn('sh', ['-c', 'read _; kill -9 "$1" 2>/dev/null', 'eventrail-redis-watchdog', String(pid)], {
+      stdio: ['pipe', 'ignore', 'ignore'],
+      detached: true,
+    });
+    dog.on('error', () => undefined);
+    dog.stdin?.on('error', () => undefined);
+    dog.unref();
+    (dog.stdin as Socket | null)?.unref();
+    return dog;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
