@@ -25,8 +25,6 @@ export type Payload = ReturnType<typeof decodePayload>;
  * One per group; `MessageProcessor` and `BatchProcessor` each hold it.
  */
 export class Delivery {
-  private readonly logger = new Logger(Delivery.name);
-
   constructor(
     readonly group: string,
     private readonly handlers: HandlerMap,
@@ -35,6 +33,8 @@ export class Delivery {
     /** The group's concurrency limit; the caller holds a permit while an entry runs. */
     private readonly semaphore: Semaphore,
     /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
+    /** The processor's logger: retries and give-ups keep the `MessageProcessor` context that log filters know. */
+    private readonly logger: Logger,
     private readonly memory?: FailureMemory,
   ) {}
 

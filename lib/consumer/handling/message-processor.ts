@@ -45,7 +45,7 @@ export class MessageProcessor {
     /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
     memory?: FailureMemory,
   ) {
-    this.delivery = new Delivery(group, handlers, options, sink, semaphore, memory);
+    this.delivery = new Delivery(group, handlers, options, sink, semaphore, this.logger, memory);
     this.batches = new BatchProcessor(group, options, metrics, this.delivery);
     const sizes = [...handlers.values()].flatMap((list) => list.flatMap((b) => (b.batch ? [b.batch.maxSize] : [])));
     this.hasBatchHandlers = sizes.length > 0;
