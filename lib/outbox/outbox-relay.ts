@@ -94,6 +94,14 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
         "EventrailModule's dedupWindowMs above 0 (the relay appends each row with its event id, and dedup absorbs a batch appended twice), or relay.enabled false",
       );
     }
+    const { poolMax } = this.options.connector;
+    if (this.options.relay.enabled && poolMax !== undefined && poolMax < 2) {
+      throw new InvalidOptionError(
+        'outbox.connector',
+        `a connector on a pool of max ${poolMax}`,
+        'a pool with a max of 2 or more (the relay holds one connection for as long as it is active, so publish and the inbox would wait forever for another), or relay.enabled false',
+      );
+    }
   }
 
   onApplicationBootstrap(): void {

@@ -46,6 +46,7 @@ export function drizzleConnector<S extends AnySchema>(
     return result.rows as Row[];
   };
   return {
+    poolMax: (pool as { options?: { max?: number } }).options?.max,
     name: 'drizzle',
     async execute(tx, text, params) {
       if (typeof (tx as { rollback?: unknown } | null)?.rollback !== 'function') {

@@ -18,6 +18,11 @@ export interface OutboxConnector<Tx = unknown> {
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
   /** Runs one statement on its own (schema, admin reads, pruning). */
   query(sql: string, params?: readonly unknown[]): Promise<Row[]>;
+  /**
+   * The most connections the pool that `session()` takes its connection from holds, when known: the
+   * relay refuses a pool of one, which its session would leave empty for publish and the inbox.
+   */
+  readonly poolMax?: number;
   /** A connection of the relay's own, held for as long as it is active (its advisory lock and `LISTEN`). */
   session(): Promise<RelaySession>;
 }

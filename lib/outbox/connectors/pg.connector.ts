@@ -17,6 +17,8 @@ export interface PgPoolClient extends ErrorEmitter {
 /** The part of a `pg` `Pool` the connector uses. */
 export interface PgPool {
   readonly totalCount: number;
+  /** `max`: the pool's size (pg sets it, 10 by default). */
+  readonly options?: { readonly max?: number };
   connect(): Promise<PgPoolClient>;
   query(text: string, values?: unknown[]): Promise<{ rows: Row[] }>;
   on(event: 'acquire', listener: (client: PgPoolClient) => void): unknown;
@@ -39,6 +41,7 @@ export function pgConnector(pool: PgPool): OutboxConnector<PgPoolClient> {
   guardPoolClients(pool);
   return {
     name: 'pg',
+    poolMax: pool.options?.max,
     async execute(tx, sql, params) {
       if (isPool(tx) || typeof (tx as Partial<PgPoolClient> | null)?.query !== 'function') {
         throw new InvalidOutboxTransactionError('pg', 'the PoolClient inside BEGIN, not the Pool (a pool query commits at once)');
