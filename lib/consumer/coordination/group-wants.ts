@@ -19,10 +19,19 @@ export const NO_WANTS: GroupWants = { wanted: [], able: [], lacking: [] };
  * of the live members' types count as able. Details without an event list (a
  * member of an older version) add nothing and count as able: what they
  * handle is unknown. `self` is judged by `own`, what it handles here.
+ * `held` are the types of members gone without leaving, still wanted for a
+ * grace period (see `GroupMembership`): a crashed or frozen member that comes
+ * back finds its events still there.
  */
-export function groupWants(live: readonly string[], details: Record<string, string>, self: string, own: ReadonlySet<string>): GroupWants {
+export function groupWants(
+  live: readonly string[],
+  details: Record<string, string>,
+  self: string,
+  own: ReadonlySet<string>,
+  held: Iterable<string> = [],
+): GroupWants {
   const handles = new Map<string, ReadonlySet<string> | undefined>();
-  const wanted = new Set<string>(own);
+  const wanted = new Set<string>([...own, ...held]);
   for (const member of live) {
     const events = member === self ? own : eventsOf(details[member]);
     handles.set(member, events);

@@ -14,6 +14,9 @@ export interface WorkerIdentity {
   startedAt: number;
 }
 
+/** How many of its heartbeat TTLs a member gone without leaving keeps its types wanted. */
+export const HELD_TTL_FACTOR = 3;
+
 /**
  * Membership of one worker in one group. Members heartbeat into a sorted set
  * scored by expiry on the Redis clock (heartbeat-4.lua), so hosts need no
@@ -33,6 +36,10 @@ export interface WorkerIdentity {
 export class GroupMembership {
   private info: string;
   private events: string[] = [];
+  /** The other live members as the last heartbeat saw them: their types and heartbeat expiry (Redis clock). */
+  private seen = new Map<string, { events: string[]; expiresAt: number; ttlMs: number }>();
+  /** Types of members gone without leaving, wanted until the given ms (Redis clock). */
+  private held = new Map<string, number>();
   /** What the live members want, as of the last heartbeat. */
   wants: GroupWants = NO_WANTS;
   /** The group's generation as the last heartbeat saw it; stamped on the partitions this worker acquires. */
@@ -60,9 +67,14 @@ export class GroupMembership {
     this.events = [...events].sort();
     this.info = JSON.stringify({ ...parseMemberInfo(this.info), events: this.events });
     // Sent right after the heartbeat on the same connection: the details of exactly the live members.
-    const [members, details] = await Promise.all([this.beat(), client.hgetall(keys.memberInfo(this.group))]);
+    const [members, details, scores, now] = await Promise.all([
+      this.beat(),
+      client.hgetall(keys.memberInfo(this.group)),
+      client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
+      readRedisClock(client),
+    ]);
     await Promise.all([client.sadd(keys.groups, this.group), this.registerEvents()]);
-    return this.weigh(members, details);
+    return this.weigh(members, details, scores, now);
   }
 
   /**
@@ -72,17 +84,50 @@ export class GroupMembership {
    */
   async heartbeat(): Promise<string[]> {
     const { keys, client } = this.redis;
-    const [members, , details] = await Promise.all([
+    const [members, , details, scores, now] = await Promise.all([
       this.beat(),
       client.sadd(keys.groups, this.group),
       client.hgetall(keys.memberInfo(this.group)),
+      client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
+      readRedisClock(client),
     ]);
-    return this.weigh(members, details);
+    return this.weigh(members, details, scores, now);
   }
 
-  private weigh(members: string[], details: Record<string, string>): string[] {
-    this.wants = groupWants(members, details, this.worker.id, new Set(this.events));
+  /**
+   * A member that vanished after its heartbeat expired crashed or froze (one
+   * that leaves removes itself before its expiry): its types stay wanted for
+   * `HELD_TTL_FACTOR` × its heartbeat TTL, so the others wait for it rather
+   * than commit past its events while it restarts. Held types are shared
+   * through every live member's details, so a member that joins later keeps
+   * them too. A member that left (a deliberate removal or a rollback) takes
+   * its types with it at once.
+   */
+  private weigh(members: string[], details: Record<string, string>, scores: string[], now: number): string[] {
+    const live = new Set(members);
+    for (const [id, last] of this.seen) {
+      if (live.has(id) || now < last.expiresAt) continue;
+      for (const event of last.events) this.holdUntil(event, now + HELD_TTL_FACTOR * last.ttlMs);
+    }
+    const expiries = new Map<string, number>();
+    for (let i = 0; i + 1 < scores.length; i += 2) expiries.set(scores[i], Number(scores[i + 1]));
+    this.seen = new Map();
+    for (const id of members) {
+      const info = parseMemberInfo(details[id]);
+      for (const [event, until] of Object.entries(info.held ?? {})) if (typeof until === 'number') this.holdUntil(event, until);
+      if (id === this.worker.id || !Array.isArray(info.events)) continue;
+      const expiresAt = expiries.get(id);
+      if (expiresAt !== undefined) this.seen.set(id, { events: info.events, expiresAt, ttlMs: info.heartbeatTtlMs ?? this.ttlMs });
+    }
+    for (const [event, until] of this.held) if (until <= now) this.held.delete(event);
+    // Sent with the next heartbeat.
+    this.info = JSON.stringify({ ...parseMemberInfo(this.info), held: Object.fromEntries(this.held) });
+    this.wants = groupWants(members, details, this.worker.id, new Set(this.events), this.held.keys());
     return this.wants.able;
+  }
+
+  private holdUntil(event: string, until: number): void {
+    if (until > (this.held.get(event) ?? 0)) this.held.set(event, until);
   }
 
   private async beat(): Promise<string[]> {
