@@ -10,13 +10,19 @@ describe('groupWants', () => {
       wanted: ['order.placed', 'refund.issued'],
       able: ['v2'],
       lacking: ['refund.issued'],
+      gaps: { v1: ['refund.issued'] },
     });
     expect(groupWants(['v1', 'v2'], details, 'v2', new Set(['order.placed', 'refund.issued'])).lacking).toEqual([]);
   });
 
   it('counts live members only: a gone member that wanted a type leaves it wanted by nobody', () => {
     const details = { v1: info(['order.placed']), gone: info(['order.placed', 'refund.issued']) };
-    expect(groupWants(['v1'], details, 'v1', new Set(['order.placed']))).toEqual({ wanted: ['order.placed'], able: ['v1'], lacking: [] });
+    expect(groupWants(['v1'], details, 'v1', new Set(['order.placed']))).toEqual({
+      wanted: ['order.placed'],
+      able: ['v1'],
+      lacking: [],
+      gaps: {},
+    });
   });
 
   it('a member without an event list (an older version) adds nothing and counts as able; unreadable details too', () => {
@@ -25,12 +31,18 @@ describe('groupWants', () => {
       wanted: ['a'],
       able: ['bad', 'old', 'v1'],
       lacking: [],
+      gaps: {},
     });
   });
 
   it('members with disjoint sets are none of them able (both yield: nothing is skipped)', () => {
     const details = { a: info(['x']), b: info(['y']) };
-    expect(groupWants(['a', 'b'], details, 'a', new Set(['x']))).toEqual({ wanted: ['x', 'y'], able: [], lacking: ['y'] });
+    expect(groupWants(['a', 'b'], details, 'a', new Set(['x']))).toEqual({
+      wanted: ['x', 'y'],
+      able: [],
+      lacking: ['y'],
+      gaps: { a: ['y'], b: ['x'] },
+    });
   });
 
   it('over 500 generated groups: a member is able exactly when it handles the union of the live sets, and able members cover that union', () => {

@@ -8,9 +8,11 @@ export interface GroupWants {
   able: string[];
   /** Wanted types this worker has no handler for, sorted; empty when it is able. */
   lacking: string[];
+  /** Each live member that lacks wanted types, with those types (members of an older version are not judged). */
+  gaps: Record<string, string[]>;
 }
 
-export const NO_WANTS: GroupWants = { wanted: [], able: [], lacking: [] };
+export const NO_WANTS: GroupWants = { wanted: [], able: [], lacking: [], gaps: {} };
 
 /**
  * During a rolling deploy the members of a group run different code: one has
@@ -42,7 +44,12 @@ export function groupWants(
     const events = handles.get(member);
     return events === undefined || all.every((event) => events.has(event));
   });
-  return { wanted: all, able: [...able].sort(), lacking: all.filter((event) => !own.has(event)) };
+  const gaps: Record<string, string[]> = {};
+  for (const [member, events] of handles) {
+    const missing = events ? all.filter((event) => !events.has(event)) : [];
+    if (missing.length > 0) gaps[member] = missing;
+  }
+  return { wanted: all, able: [...able].sort(), lacking: all.filter((event) => !own.has(event)), gaps };
 }
 
 function eventsOf(json: string | undefined): ReadonlySet<string> | undefined {

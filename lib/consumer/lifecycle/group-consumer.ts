@@ -50,6 +50,8 @@ export class GroupConsumer {
   private tickFailing = false;
   /** The wanted types this worker lacked when it last said so ('' for none). */
   private lacking = '';
+  /** The gaps last reported by `reportStalled` ('' while some member is able). */
+  private stalled = '';
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
 
   constructor(
@@ -207,6 +209,7 @@ export class GroupConsumer {
   private async balanceOnce(): Promise<void> {
     if (!this.running) return;
     // Live members want events this worker cannot handle: it must not commit past them, so it works nothing.
+    this.reportStalled();
     if (this.membership.wants.lacking.length > 0) return this.yieldAll(this.membership.wants.lacking);
     this.reportLacking([]);
     const partitions = this.redis.keys.partitions;
@@ -252,6 +255,26 @@ export class GroupConsumer {
     if (owned.length === 0) return;
     await Promise.all(owned.map((w) => w.stopGracefully(this.options.shutdownTimeoutMs, true)));
     await this.announce(this.name);
+  }
+
+  /**
+   * When no live member handles every wanted type (a deploy that renamed a
+   * handler, overlapping versions), nobody may work the partitions and the
+   * group handles nothing: said at warn, once per change, naming who lacks what.
+   */
+  private reportStalled(): void {
+    const { wanted, able, gaps } = this.membership.wants;
+    const text = able.length === 0 && Object.keys(gaps).length > 0 ? JSON.stringify(gaps) : '';
+    if (text === this.stalled) return;
+    this.stalled = text;
+    if (text === '') return;
+    const who = Object.entries(gaps)
+      .map(([member, missing]) => `${member} lacks ${missing.join(', ')}`)
+      .join('; ');
+    const msg =
+      `Group "${this.name}" works nothing: its live members want ${wanted.join(', ')} and none handles them all (${who}). ` +
+      'Deploy a handler change in two steps: first add the new handler next to the old one everywhere, then remove the old one.';
+    this.logger.warn(logRecord(msg, { group: this.name, wanted, gaps }));
   }
 
   /** Says at warn, once per change, which wanted types this worker lacks (and at log when it lacks none again). */
