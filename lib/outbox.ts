@@ -28,4 +28,4 @@ export { drizzleConnector } from './outbox/connectors/drizzle.connector';
 export { EventrailOutboxAdmin } from './outbox/eventrail-outbox-admin';
 export type { OutboxOverview } from './outbox/eventrail-outbox-admin';
 export type { OutboxStatus } from './outbox/outbox-status.reader';
-export { pgliteConnector } from './outbox/connectors/pglite.connector';
+export { pgliteConnector, type PgliteDatabase, type PgliteTransaction } from './outbox/connectors/pglite.connector';

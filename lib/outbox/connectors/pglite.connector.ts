@@ -1,6 +1,24 @@
-import type { PGlite, Transaction } from '@electric-sql/pglite';
 import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import type { OutboxConnector, RelaySession, Row } from './outbox-connector';
+
+/**
+ * The part of a PGlite transaction (`tx` of `db.transaction(...)`) the connector uses, written out so
+ * these types need no `@electric-sql/pglite` installed, and fit its ESM and CommonJS declarations alike.
+ */
+export interface PgliteTransaction {
+  query<T>(query: string, params?: unknown[]): Promise<{ rows: T[] }>;
+  rollback(): Promise<void>;
+  readonly closed: boolean;
+}
+
+/** The part of a `PGlite` instance the connector uses. */
+export interface PgliteDatabase {
+  query<T>(query: string, params?: unknown[]): Promise<{ rows: T[] }>;
+  exec(query: string): Promise<Array<{ rows: unknown[] }>>;
+  transaction<T>(callback: (tx: PgliteTransaction) => Promise<T>): Promise<T>;
+  listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+  readonly closed: boolean;
+}
 
 /**
  * The outbox on an embedded PGlite database (`@electric-sql/pglite`, PostgreSQL
@@ -12,7 +30,7 @@ import type { OutboxConnector, RelaySession, Row } from './outbox-connector';
  * "session" is that same session: its advisory lock is uncontended within the
  * process, which is all one embedded database can have.
  */
-export function pgliteConnector(db: PGlite): OutboxConnector<Transaction> {
+export function pgliteConnector(db: PgliteDatabase): OutboxConnector<PgliteTransaction> {
   if (db === null || typeof db !== 'object' || typeof db.transaction !== 'function' || typeof db.listen !== 'function') {
     throw new InvalidOutboxTransactionError('pglite', 'a PGlite instance (new PGlite() from @electric-sql/pglite)');
   }
@@ -24,7 +42,7 @@ export function pgliteConnector(db: PGlite): OutboxConnector<Transaction> {
   return {
     name: 'pglite',
     async execute(tx, sql, params) {
-      if (typeof (tx as Partial<Transaction> | null)?.rollback !== 'function' || !('closed' in (tx as object))) {
+      if (typeof (tx as Partial<PgliteTransaction> | null)?.rollback !== 'function' || !('closed' in (tx as object))) {
         throw new InvalidOutboxTransactionError('pglite', 'the tx of db.transaction(...), not the PGlite instance');
       }
       return (await tx.query<Row>(sql, [...params])).rows;
@@ -35,7 +53,7 @@ export function pgliteConnector(db: PGlite): OutboxConnector<Transaction> {
   };
 }
 
-function sharedSession(db: PGlite, query: (sql: string, params?: readonly unknown[]) => Promise<Row[]>): RelaySession {
+function sharedSession(db: PgliteDatabase, query: (sql: string, params?: readonly unknown[]) => Promise<Row[]>): RelaySession {
   const unlisten: Array<() => Promise<void>> = [];
   return {
     query,
