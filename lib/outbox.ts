@@ -21,10 +21,10 @@ export { InvalidOutboxTransactionError } from './outbox/errors/invalid-outbox-tr
 export { OutboxSchemaMissingError } from './outbox/errors/outbox-schema-missing.error';
 export { InboxTransactionAbortedError } from './outbox/errors/inbox-transaction-aborted.error';
 export { OutboxSchemaMismatchError } from './outbox/errors/outbox-schema-mismatch.error';
-export { typeormConnector } from './outbox/connectors/typeorm.connector';
+export { typeormConnector, type TypeormDataSource, type TypeormEntityManager } from './outbox/connectors/typeorm.connector';
 export { kyselyConnector } from './outbox/connectors/kysely.connector';
-export type { KyselyConnectorOptions } from './outbox/connectors/kysely.connector';
-export { drizzleConnector } from './outbox/connectors/drizzle.connector';
+export type { KyselyConnectorOptions, KyselyDatabase, KyselyTransaction } from './outbox/connectors/kysely.connector';
+export { drizzleConnector, type DrizzleDatabase, type DrizzleTransaction } from './outbox/connectors/drizzle.connector';
 export { EventrailOutboxAdmin } from './outbox/eventrail-outbox-admin';
 export type { OutboxOverview } from './outbox/eventrail-outbox-admin';
 export type { OutboxStatus } from './outbox/outbox-status.reader';

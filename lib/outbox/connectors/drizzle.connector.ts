@@ -1,15 +1,29 @@
-import type { Pool } from 'pg';
-import type { NodePgDatabase, NodePgTransaction } from 'drizzle-orm/node-postgres';
 import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
 import { importOptionalPeer } from '../../util/optional-peer';
 import type { OutboxConnector, Row } from './outbox-connector';
+import type { PgPool } from './pg.connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
 import { guardPoolClients } from './pool-guard';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any schema: the outbox writes raw SQL
-type AnySchema = Record<string, any>;
-type Executor = Pick<NodePgDatabase<AnySchema>, 'execute'>;
+/**
+ * The part of a Drizzle node-postgres transaction (`tx` of `db.transaction(...)`) the connector uses,
+ * written out so these types need no `drizzle-orm` installed, and fit its ESM and CommonJS declarations
+ * alike (a real one fits it).
+ */
+export interface DrizzleTransaction {
+  /** Runs an `sql` template (the connector builds one with `sql` and `sql.param`). */
+  execute(query: { getSQL(): unknown } | string): PromiseLike<{ rows: unknown[] }>;
+  rollback(): unknown;
+}
+
+/** The part of what `drizzle(pool)` from `drizzle-orm/node-postgres` returns that the connector uses. */
+export interface DrizzleDatabase {
+  execute(query: { getSQL(): unknown } | string): PromiseLike<{ rows: unknown[] }>;
+  transaction<T>(work: (tx: DrizzleTransaction) => Promise<T>): Promise<T>;
+  /** The `pg` `Pool` given to `drizzle(pool)`, for the relay's own connection. */
+  readonly $client: PgPool;
+}
 
 /**
  * The outbox on Drizzle over node-postgres (`drizzle(pool)`). The transaction
@@ -22,18 +36,16 @@ type Executor = Pick<NodePgDatabase<AnySchema>, 'execute'>;
  * });
  * ```
  */
-export function drizzleConnector<S extends AnySchema>(
-  db: NodePgDatabase<S> & { $client: Pool },
-): OutboxConnector<NodePgTransaction<S, never>> {
+export function drizzleConnector(db: DrizzleDatabase): OutboxConnector<DrizzleTransaction> {
   if (db === null || typeof db !== 'object' || typeof db.transaction !== 'function') {
     throw new InvalidOutboxTransactionError('drizzle', 'a Drizzle database (drizzle(pool) from drizzle-orm/node-postgres)');
   }
-  const pool = db.$client;
+  const pool = db.$client as PgPool | undefined;
   if (typeof pool?.connect !== 'function' || !('totalCount' in pool)) {
     throw new InvalidOutboxTransactionError('drizzle', 'a Drizzle database over a pg Pool (drizzle(pool)), for the relay connection');
   }
   guardPoolClients(pool);
-  const run = async (on: Executor, text: string, params: readonly unknown[]): Promise<Row[]> => {
+  const run = async (on: Pick<DrizzleDatabase, 'execute'>, text: string, params: readonly unknown[]): Promise<Row[]> => {
     const { sql } = await importOptionalPeer(
       () => import('drizzle-orm'),
       (error) => new MissingPeerDependencyError('drizzle-orm', 'drizzleConnector', error),
@@ -41,20 +53,19 @@ export function drizzleConnector<S extends AnySchema>(
     // `$1, $2, ...` each once and in order become Drizzle parameters; sql.param keeps an array one parameter.
     const pieces = text.split(/\$\d+/);
     const strings = Object.assign([...pieces], { raw: [...pieces] }) as unknown as TemplateStringsArray;
-    // `as never`: the dynamic import sees drizzle's ESM typings, the signature above its CommonJS ones (the same class at run time).
-    const result = await on.execute(sql(strings, ...params.map((value) => sql.param(value))) as never);
+    const result = await on.execute(sql(strings, ...params.map((value) => sql.param(value))));
     return result.rows as Row[];
   };
   return {
-    poolMax: (pool as { options?: { max?: number } }).options?.max,
+    poolMax: pool.options?.max,
     name: 'drizzle',
     async execute(tx, text, params) {
-      if (typeof (tx as { rollback?: unknown } | null)?.rollback !== 'function') {
+      if (typeof (tx as Partial<DrizzleTransaction> | null)?.rollback !== 'function') {
         throw new InvalidOutboxTransactionError('drizzle', 'the tx of db.transaction(...), not the database');
       }
-      return run(tx as unknown as Executor, text, params);
+      return run(tx, text, params);
     },
-    transaction: (work) => db.transaction((tx) => work(tx as unknown as NodePgTransaction<S, never>)),
+    transaction: (work) => db.transaction(work),
     query: (text, params = []) => run(db, text, params),
     async session() {
       const client = await pool.connect();

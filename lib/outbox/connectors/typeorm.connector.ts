@@ -1,4 +1,3 @@
-import type { DataSource, EntityManager } from 'typeorm';
 import { InvalidOutboxTransactionError } from '../errors/invalid-outbox-transaction.error';
 import type { OutboxConnector, Row } from './outbox-connector';
 import { nodePgSession, type NodePgClient } from './pg-session';
@@ -12,6 +11,25 @@ interface PostgresDriverConnections {
 }
 
 /**
+ * The part of a TypeORM `EntityManager` the connector uses, written out so these types need no `typeorm`
+ * installed, and fit its ESM and CommonJS declarations alike (a real one fits it).
+ */
+export interface TypeormEntityManager {
+  query(query: string, parameters?: unknown[]): Promise<unknown>;
+  /** Set on the manager of `dataSource.transaction(...)`; its `isTransactionActive` is what the connector checks. */
+  readonly queryRunner?: { readonly isTransactionActive: boolean };
+}
+
+/** The part of a TypeORM `DataSource` the connector uses. */
+export interface TypeormDataSource {
+  readonly options: { readonly type: string };
+  /** The postgres driver, whose pool the relay takes its own connection from. */
+  readonly driver: object;
+  query(query: string, parameters?: unknown[]): Promise<unknown>;
+  transaction<T>(work: (manager: TypeormEntityManager) => Promise<T>): Promise<T>;
+}
+
+/**
  * The outbox on a TypeORM `DataSource` of type `postgres`. The transaction
  * handle is the `EntityManager` of `dataSource.transaction(...)`:
  *
@@ -22,7 +40,7 @@ interface PostgresDriverConnections {
  * });
  * ```
  */
-export function typeormConnector(dataSource: DataSource): OutboxConnector<EntityManager> {
+export function typeormConnector(dataSource: TypeormDataSource): OutboxConnector<TypeormEntityManager> {
   if (dataSource === null || typeof dataSource !== 'object' || typeof dataSource.transaction !== 'function') {
     throw new InvalidOutboxTransactionError('typeorm', 'a TypeORM DataSource');
   }
