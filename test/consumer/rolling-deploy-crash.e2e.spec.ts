@@ -19,6 +19,13 @@ interface Worker {
   ready: Promise<void>;
 }
 
+/**
+ * The workers' heartbeat TTL: a gone member's types stay wanted for 3 of them, which must outlast a
+ * worker's restart (spawn and Nest boot, several seconds on a loaded host) for these tests to be about
+ * the hold rather than about the host's speed.
+ */
+const HEARTBEAT_TTL_MS = 4_000;
+
 /** A worker process of one version: its group handles `events`. */
 function startWorker(prefix: string, events: string[]): Worker {
   const child = spawnTypeScript('test/consumer/support/versioned-worker.ts', {
@@ -28,6 +35,7 @@ function startWorker(prefix: string, events: string[]): Worker {
       VERSIONED_GROUP: GROUP,
       VERSIONED_PARTITIONS: String(PARTITIONS),
       VERSIONED_EVENTS: events.join(','),
+      VERSIONED_HEARTBEAT_TTL_MS: String(HEARTBEAT_TTL_MS),
     },
   });
   const output: string[] = [];
@@ -110,9 +118,9 @@ describe('a rolling deploy: a member gone without leaving keeps its types wanted
   async function whileDown(batch: string, worker: Worker, signal: 'SIGKILL' | 'SIGSTOP'): Promise<string[]> {
     killQuietly(worker.child.pid, signal);
     const { refunds } = await publish(batch, 10);
-    // Past the heartbeat TTL (1.5 s): the member has expired and the others noticed.
+    // Past the heartbeat TTL: the member has expired and the others noticed.
     const members = keys.members(GROUP);
-    await waitFor(async () => (await redis.zscore(members, ids.get(worker)!)) === null, `${batch}: member expired`, 10_000);
+    await waitFor(async () => (await redis.zscore(members, ids.get(worker)!)) === null, `${batch}: member expired`, 4 * HEARTBEAT_TTL_MS);
     return refunds;
   }
 

@@ -48,8 +48,10 @@ function handlerFor(event: string): new () => unknown {
       redis: REDIS_URL,
       prefix: PREFIX,
       partitions: PARTITIONS,
-      // Short leases and heartbeats: a killed worker's partitions and membership go within seconds.
-      consumer: { lockTtlMs: 1_500, heartbeatTtlMs: 1_500 },
+      // Short leases and heartbeats: a killed worker's partitions and membership go within seconds. The crash
+      // tests set a longer heartbeat, so that the hold on a gone member's types (3 TTLs) outlasts a restart
+      // of the worker process on a loaded host.
+      consumer: { lockTtlMs: 1_500, heartbeatTtlMs: Number(process.env.VERSIONED_HEARTBEAT_TTL_MS ?? 1_500) },
     }),
   ],
   providers: [...EVENTS.map(handlerFor)],
