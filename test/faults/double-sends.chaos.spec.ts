@@ -19,7 +19,7 @@ const CRASH_RATE = 0.1;
 const PACE_MS = 40;
 const LOCK_TTL_MS = 600;
 const DEDUP_WINDOW_MS = 120_000;
-const DRAIN_TIMEOUT_MS = 60_000;
+const DRAIN_TIMEOUT_MS = 150_000;
 const TOTAL_GROUPS = [GROUPS.ledger, GROUPS.counter] as const;
 
 interface Payment {
@@ -60,9 +60,9 @@ describe('chaos: double sends and crashed consumers', () => {
     redis.disconnect();
   });
 
-  it('producer dedup on: both groups end with exactly the expected totals', () => run(true), 120_000);
+  it('producer dedup on: both groups end with exactly the expected totals', () => run(true), 240_000);
 
-  it('producer dedup off: both groups end with exactly the expected totals', () => run(false), 120_000);
+  it('producer dedup off: both groups end with exactly the expected totals', () => run(false), 240_000);
 
   async function run(dedup: boolean): Promise<void> {
     const began = Date.now();
