@@ -13,7 +13,7 @@ import { EventrailPublisher, type PublishInput } from '../publisher/eventrail.pu
 import { describeError } from '../util/describe-error';
 import type { RelaySession, Row } from './connectors/outbox-connector';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
-import { MAX_ROW_READ_BYTES, type ResolvedOutboxOptions } from './outbox.options';
+import type { ResolvedOutboxOptions } from './outbox.options';
 import { notifyChannel, qualified, RELAY_LOCK_NAMESPACE } from './outbox-schema';
 import { readOutboxStatus } from './outbox-status.reader';
 
@@ -30,12 +30,6 @@ export interface OutboxRelayStats {
   failedRows: number;
   /** Times this process became the active relay. */
   takeovers: number;
-}
-
-/** Rows read for one batch; `full` when more were waiting than the batch could hold (by count or bytes). */
-interface Batch {
-  rows: Row[];
-  full: boolean;
 }
 
 /** Bound on how long shutdown waits for the batch in hand before it closes the session anyway. */
@@ -76,7 +70,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private readonly deleting = new Set<string>();
   private readonly backgroundDeletes = new Set<Promise<void>>();
   /** The next batch, read while the current one is appended (only after a full batch: more is likely waiting). */
-  private prefetched?: Promise<Batch>;
+  private prefetched?: Promise<Row[]>;
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -185,7 +179,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
     }
     // Stopping between batches: what Redis acknowledged goes now, not as a successor's duplicates.
-    await (this.prefetched as Promise<Batch> | undefined)?.catch(() => undefined); // set by relayBatch
+    await (this.prefetched as Promise<Row[]> | undefined)?.catch(() => undefined); // set by relayBatch
     this.prefetched = undefined;
     await Promise.all(this.backgroundDeletes);
     if (this.appended.length > 0 && !this.lost) await this.deleteAppended(session);
@@ -197,33 +191,19 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    * is waiting. `more` when the next batch should be read at once.
    */
   private async relayBatch(session: RelaySession): Promise<'more' | 'drained' | 'redis-down'> {
-    const { outboxTable } = this.options;
+    const { outboxTable, relay } = this.options;
     const prefetched = this.prefetched;
     this.prefetched = undefined;
-    const { rows, full } = await (prefetched ?? this.deleteAndRead(session, []));
+    const rows = await (prefetched ?? this.deleteAndRead(session, []));
     if (rows.length === 0) return this.notified ? 'more' : 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
-    // Keys with a row failed in this batch: their later rows wait behind it (the next reads leave them out).
-    const heldKeys = new Set<string>();
     for (const row of rows) {
-      const key = row.key as string | null;
-      if (key !== null && heldKeys.has(key)) continue;
-      if (row.unread === true) {
-        await this.fail(
-          session,
-          row,
-          `its data and headers are ${String(row.bytes)} bytes, over the ${this.rowReadBytes()} the relay reads of one row (the larger of relay.maxBatchBytes and maxPayloadBytes, at most ${MAX_ROW_READ_BYTES}): not read`,
-        );
-        if (key !== null) heldKeys.add(key);
-        continue;
-      }
       try {
         inputs.push(toPublishInput(row));
         kept.push(row);
       } catch (error) {
         await this.fail(session, row, `its data or headers are not JSON (${describeError(error)})`);
-        if (key !== null) heldKeys.add(key);
       }
     }
     if (inputs.length === 0) return 'more';
@@ -231,7 +211,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const appending = this.publisher.publishMany(inputs);
     // A full batch: read the next one meanwhile (PostgreSQL and Redis work at once). Rows of the same key
     // as one in this batch have higher ids (the key lock), so the next batch never overtakes this one.
-    if (full) {
+    if (rows.length === relay.batchSize) {
       this.prefetched = this.deleteAndRead(
         session,
         rows.map((row) => String(row.id)),
@@ -255,7 +235,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       return 'redis-down';
     }
     this.appended.push(...kept.map((row) => String(row.id)));
-    const more = full || this.notified || this.prefetched !== undefined;
+    const more = rows.length === relay.batchSize || this.notified || this.prefetched !== undefined;
     // Nothing more waits: delete now, but on another connection, so a row committed meanwhile is read at once.
     if (!more) this.deleteInBackground();
     this.counters.batches++;
@@ -269,59 +249,35 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   /**
    * The next rows in `id` order, after deleting the ones appended last. The read cannot see that
    * statement's own delete (one snapshot), so it leaves those ids out itself.
-   *
-   * Bounded by bytes as well as rows: it sizes the candidates first (`octet_length` reads a stored
-   * value's length without fetching it), then fetches `data` and `headers` only of the rows that fit in
-   * `relay.maxBatchBytes`, and of no row over the one-row bound: those come back `unread`, to be failed.
    */
-  private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Batch> {
+  private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Row[]> {
     const table = qualified(this.options.outboxTable);
-    const { batchSize, maxBatchBytes } = this.options.relay;
+    const columns = 'id, event_id, event, key, partition, data, headers';
+    const limit = this.options.relay.batchSize;
     const log = this.eventrail.prefix;
-    const rowBytes = this.rowReadBytes();
+    // This log's rows (and rows from before logs were recorded) that are not failed. Placeholders in order: `n` is the first.
+    const mine = (n: number): string => `failed is null and id <> all($${n}::bigint[]) and (log = $${n + 1} or log is null)`;
     const deleting = this.appended;
     this.appended = [];
-    // Placeholders are numbered in the order the template below evaluates them, each used once.
-    const values: unknown[] = [];
-    const $ = (value: unknown): string => {
-      values.push(value);
-      return `$${values.length}`;
-    };
-    const size = `octet_length(r.data) + coalesce(octet_length(r.headers), 0)`;
-    // This log's rows (and rows from before logs were recorded) that are not failed and not held: a keyed row
-    // waits behind an earlier failed row of its key, so fixing that row later keeps the key's order (the
-    // partial index on (key, id) where failed is not null answers this).
-    const sql = `with ${deleting.length > 0 ? `gone as (delete from ${table} where id = any(${$(deleting)}::bigint[])),` : ''}
-      c as (
-        select r.id, ${size} as bytes, ${size} > ${$(rowBytes)} as unread from ${table} r
-        where r.failed is null and r.id <> all(${$([...deleting, ...inFlight, ...this.deleting])}::bigint[])
-          and (r.log = ${$(log)} or r.log is null)
-          and (r.key is null or not exists (select 1 from ${table} f where f.failed is not null and f.key = r.key and f.id < r.id
-            and (f.log = ${$(log)} or f.log is null)))
-        order by r.id limit ${$(batchSize)}),
-      s as (
-        select id, bytes, unread, row_number() over (order by id) as n, count(*) over () as candidates,
-          sum(case when unread then 0 else bytes end) over (order by id) as running
-        from c)
-      select t.id, t.event_id, t.event, t.key, t.partition, s.bytes, s.unread, s.candidates,
-        case when s.unread then null else t.data end as data, case when s.unread then null else t.headers end as headers
-      from s join ${table} t on t.id = s.id
-      where s.n = 1 or s.running <= ${$(maxBatchBytes)}
-      order by t.id`;
     // A NOTIFY from here on may be for a row this read does not see: it makes the batch `more`.
     this.notified = false;
     try {
-      const rows = await session.query(sql, values);
-      return { rows, full: rows.length === batchSize || Number(rows[0]?.candidates ?? 0) > rows.length };
+      if (deleting.length === 0) {
+        return await session.query(`select ${columns} from ${table} where ${mine(1)} order by id limit $3`, [
+          [...inFlight, ...this.deleting],
+          log,
+          limit,
+        ]);
+      }
+      return await session.query(
+        `with gone as (delete from ${table} where id = any($1::bigint[]))
+         select ${columns} from ${table} where ${mine(2)} order by id limit $4`,
+        [deleting, [...deleting, ...inFlight, ...this.deleting], log, limit],
+      );
     } catch (error) {
       this.appended = [...deleting, ...this.appended];
       throw error;
     }
-  }
-
-  /** The most the relay reads of one row: a row over it is failed unread. */
-  private rowReadBytes(): number {
-    return Math.min(Math.max(this.options.relay.maxBatchBytes, this.eventrail.maxPayloadBytes), MAX_ROW_READ_BYTES);
   }
 
   /**
@@ -364,18 +320,13 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   /** Finds the rows of a refused batch that the publisher refuses, and sets their `failed` so the rest can go on. */
   private async markFailed(session: RelaySession, rows: Row[], inputs: PublishInput[]): Promise<number> {
     let failed = 0;
-    // A key's rows after its first refused one are held (the re-read leaves them out), not judged.
-    const heldKeys = new Set<string>();
     for (let i = 0; i < rows.length; i++) {
-      const key = rows[i].key as string | null;
-      if (key !== null && heldKeys.has(key)) continue;
       const { event, data, ...options } = inputs[i];
       try {
         // Rows hold event names: the relay builds its inputs from them.
         this.publisher.check(event as string, data, options);
       } catch (error) {
         await this.fail(session, rows[i], describeError(error));
-        if (key !== null) heldKeys.add(key);
         failed++;
       }
     }
@@ -384,13 +335,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
 
   private async fail(session: RelaySession, row: Row, reason: string): Promise<void> {
     const { outboxTable } = this.options;
-    const held =
-      row.key === null || row.key === undefined
-        ? ''
-        : `; the later rows of key ${JSON.stringify(row.key)} wait behind it until it is fixed (update ... set failed = null) or deleted`;
-    this.logger.error(
-      `Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}${held}`,
-    );
+    this.logger.error(`Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}`);
     await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, String(row.id)]);
     this.counters.failedRows++;
   }

@@ -8,8 +8,6 @@ export interface OutboxStatus {
   depth: number;
   /** Rows the relay could not append and skipped (see their `failed` column). */
   failed: number;
-  /** Of `depth`, rows held behind an earlier failed row of their key: they go once it is fixed or deleted. */
-  held: number;
   /** Age of the oldest waiting row, on the database clock; null when none waits. */
   oldestAgeMs: number | null;
 }
@@ -24,17 +22,14 @@ export async function readOutboxStatus(
 ): Promise<OutboxStatus> {
   const [row] = await query(
     `select count(*) filter (where failed is null) as depth, count(*) filter (where failed is not null) as failed,
-       count(*) filter (where failed is null and key is not null and exists (
-         select 1 from ${qualified(table)} f where f.failed is not null and f.key = r.key and f.id < r.id)) as held,
        (extract(epoch from now() - min(created_at) filter (where failed is null)) * 1000)::float8 as oldest_ms
-     from ${qualified(table)} r`,
+     from ${qualified(table)}`,
   );
   const oldest = row?.oldest_ms;
   return {
     table,
     depth: Number(row?.depth ?? 0),
     failed: Number(row?.failed ?? 0),
-    held: Number(row?.held ?? 0),
     oldestAgeMs: oldest === null || oldest === undefined ? null : Math.max(0, Math.round(Number(oldest))),
   };
 }
