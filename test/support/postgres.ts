@@ -21,6 +21,11 @@ export interface PostgresServer {
   pid: number;
   /** A URL of a fresh, empty database on this server, so a test never sees another's tables. */
   createDatabase(name?: string): Promise<string>;
+  /**
+   * `pg_ctl restart` with shutdown `mode` (`fast`: backends end their sessions, `immediate`: a crash and
+   * crash recovery), on the same port; resolves once the new postmaster answers a query.
+   */
+  restart(mode: 'fast' | 'immediate'): Promise<void>;
   /** Stops the server (immediate shutdown, by pid), waits for it to exit and removes its files. */
   stop(): Promise<void>;
 }
@@ -70,7 +75,8 @@ export async function startPostgres(): Promise<PostgresServer> {
       '-c max_connections=200',
     ];
     await as('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-o', settings.join(' '), 'start']);
-    const pid = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    const postmasterPid = (): number => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    let pid = postmasterPid();
     running.set(pid, dir);
     const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
     await query(url, 'select 1');
@@ -78,10 +84,20 @@ export async function startPostgres(): Promise<PostgresServer> {
     return {
       url,
       port,
-      pid,
+      get pid() {
+        return pid;
+      },
       async createDatabase(name = `t${process.pid}_${++databases}`) {
         await query(url, `create database "${name}"`);
         return `postgres://postgres@127.0.0.1:${port}/${name}`;
+      },
+      async restart(mode) {
+        // The log file again: without -l the new postmaster would hold this call's output pipe open.
+        await as('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', '-m', mode, 'restart']);
+        running.delete(pid);
+        pid = postmasterPid();
+        running.set(pid, dir);
+        await query(url, 'select 1');
       },
       async stop() {
         if (!running.has(pid)) return;
