@@ -6,7 +6,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { drizzleConnector, EventrailInbox, kyselyConnector, OutboxConnector, pgConnector, typeormConnector } from '../../lib/outbox';
-import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { createOutboxApp, uniqueTables } from '../support/outbox';
 import { PostgresServer, startPostgres } from '../support/postgres';
 
@@ -108,8 +108,16 @@ describe('inbox across a PostgreSQL restart', () => {
       const customer = `${name}-${mode}`;
       const orders = async (): Promise<number> =>
         Number((await library.connector.query('select count(*) as n from orders where customer = $1', [customer]))[0].n);
-      // A handle before, so the pool holds an idle connection that the restart breaks too.
-      await inbox.handle({ group: 'billing', id: `warm-${customer}` }, async () => undefined);
+      // Two handles at once before, so the pool holds a second connection that sits idle through the restart.
+      let open = 0;
+      await Promise.all(
+        [1, 2].map((n) =>
+          inbox.handle({ group: 'billing', id: `warm-${n}-${customer}` }, async () => {
+            open++;
+            await waitFor(() => open === 2, 'both warm-up transactions open');
+          }),
+        ),
+      );
       const message = { group: 'billing', id: `evt-${customer}` };
       let restarted = false;
       const handled = inbox.handle(message, async (tx) => {

@@ -22,6 +22,7 @@ export interface PgPool {
   connect(): Promise<PgPoolClient>;
   query(text: string, values?: unknown[]): Promise<{ rows: Row[] }>;
   on(event: 'acquire', listener: (client: PgPoolClient) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
 }
 
 /**
