@@ -111,6 +111,8 @@ export class Supervisor {
   constructor(
     readonly config: ChaosWorkerConfig,
     readonly slots: number,
+    /** Another worker file speaking the same IPC messages (the database schedules' inbox worker), with its own env. */
+    private readonly worker: { file: string; env?: Record<string, string> } = { file: WORKER_FILE },
   ) {
     this.current = new Array<ChaosChild | undefined>(slots);
   }
@@ -197,7 +199,7 @@ export class Supervisor {
   }
 
   private launch(slot: number): void {
-    const spawned = spawnTypeScript(WORKER_FILE, { env: chaosWorkerEnv(this.config) });
+    const spawned = spawnTypeScript(this.worker.file, { env: { ...chaosWorkerEnv(this.config), ...this.worker.env } });
     const child = new ChaosChild(slot, spawned, (from, message) => this.receive(from, message));
     this.children.push(child);
     this.current[slot] = child;
