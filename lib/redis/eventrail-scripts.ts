@@ -30,7 +30,7 @@ export class EventrailScripts {
     this.lean = lean && leanCommandsSupported;
   }
 
-  // Leases (acquireLease-5, renewLease-1, commitOffset-5, releaseLease-2)
+  // Leases (acquireLease-5, renewLease-1, commitOffset-5, releaseLease-2, barMembers-2)
 
   /** Takes the lease of (group, partition) for `workerId`; null when another worker holds it (acquireLease-5.lua). */
   async acquireLease(input: AcquireLeaseInput): Promise<AcquireLeaseResult | null> {
@@ -102,6 +102,18 @@ export class EventrailScripts {
     epoch: string;
   }): Promise<void> {
     await this.client.eventrailReleaseLease(this.keys.lease(group, partition), this.keys.recovery(group, partition), token, epoch);
+  }
+
+  /**
+   * Bars `workerIds` from taking (group, partition) for `ttlMs` (0 lifts the
+   * bars) and takes its lease back when one of them holds it; true when it
+   * did (barMembers-2.lua).
+   */
+  async barMembers({ group, partition, workerIds, ttlMs }: BarMembersInput): Promise<boolean> {
+    const { keys } = this;
+    return (
+      (await this.client.eventrailBarMembers(keys.lease(group, partition), keys.recovery(group, partition), ttlMs, ...workerIds)) === 1
+    );
   }
 
   // Recovery state (markDelivery-1, markFailure-1)
@@ -327,6 +339,14 @@ interface LeaseHold {
   partition: number;
   /** `<workerId>:<epoch>`, as `acquireLease` answered it. */
   token: string;
+  ttlMs: number;
+}
+
+export interface BarMembersInput {
+  group: string;
+  partition: number;
+  workerIds: readonly string[];
+  /** How long the bars hold (ms); 0 lifts them. */
   ttlMs: number;
 }
 

@@ -43,6 +43,7 @@ export interface EventrailCommands {
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
   eventrailMarkFailure(recovery: string, offset: string, nowMs: number): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
+  eventrailBarMembers(lease: string, recovery: string, ttlMs: number, ...workerIds: string[]): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(
     members: string,
@@ -113,6 +114,7 @@ const SCRIPTS = [
   'commitOffset-5',
   'renewLease-1',
   'releaseLease-2',
+  'barMembers-2',
   'heartbeat-4',
   'dropGroup-6',
   'dropGroupPartition-4',

@@ -2,7 +2,7 @@ import { waitFor } from '../support/helpers';
 import { stopWorker, useRollingDeploy, V1, V2 } from './support/rolling-deploy.harness';
 
 describe('a rolling deploy: members of one group with different handler sets', () => {
-  const { redis, prefix, spawn, publish, caughtUp, handled } = useRollingDeploy();
+  const { redis, prefix, keys, spawn, publish, caughtUp, handled } = useRollingDeploy();
 
   it('handles all 40 refund.issued events while a v1 worker without that handler runs next to a v2 worker with it', async () => {
     const [v1, v2] = [spawn(V1), spawn(V2)];
@@ -49,5 +49,24 @@ describe('a rolling deploy: members of one group with different handler sets', (
     const after = await publish('after', 12);
     await caughtUp('v1 alone again');
     expect(await handled('order.placed')).toEqual(expect.arrayContaining(after.orders));
+  });
+
+  it('a v2 joining while v1 misses the rebalance signal and ticks only every 30 s: v2 bars v1 at once, and no refund is skipped', async () => {
+    // v1 learns of v2 only at its next tick; until then only the bar keeps it from committing past refunds.
+    const v1 = spawn(V1, { lockTtlMs: 90_000, heartbeatTtlMs: 90_000, deaf: true });
+    await v1.ready;
+    const before = await publish('before', 8);
+    await waitFor(async () => (await handled('order.placed')).length === before.orders.length, 'v1 handled the first orders');
+    const v2 = spawn(V2);
+    await v2.ready;
+    const joined = await publish('joined', 40);
+    await caughtUp('v2 joined, v1 deaf');
+    expect(new Set(await handled('refund.issued'))).toEqual(expect.objectContaining({ size: 40 }));
+    expect(await handled('refund.issued')).toEqual(expect.arrayContaining(joined.refunds));
+    expect(await handled('order.placed')).toEqual(expect.arrayContaining(joined.orders));
+    expect(v2.output.some((line) => line.includes('back from members that lack handlers'))).toBe(true);
+    // v1 holds no partition while barred (it may have handled what it had read before the bar: at least once).
+    const holders = await Promise.all([0, 1, 2, 3].map((p) => redis.get(keys().lease('billing', p))));
+    expect(holders.filter((token) => token?.includes(`:${v1.child.pid}:`))).toEqual([]);
   });
 });

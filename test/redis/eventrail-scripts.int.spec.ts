@@ -70,6 +70,35 @@ describe.each([
     expect(recovering?.previousHolder).toBe('unreleased');
   });
 
+  it("bars workers from a partition: takes a barred holder's lease back as released, refuses its acquire until lifted or run out", async () => {
+    const base = { group: 'b', partition: 0, ttlMs: 60_000, initialMode: 'start' as const, initialId: '', generation: '0' };
+    const held = await scripts.acquireLease({ ...base, workerId: 'host:1:a' });
+    const token = held?.token as string;
+    // Barring someone else leaves the lease alone.
+    expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:2:b'], ttlMs: 60_000 })).toBe(false);
+    expect(await redis.get(keys.lease('b', 0))).toBe(token);
+    expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:2:b', 'host:1:a'], ttlMs: 60_000 })).toBe(true);
+    expect(await redis.exists(keys.lease('b', 0))).toBe(0);
+    expect(await scripts.commitOffset({ ...base, token, offset: '1-1', markTtlMs: 0, doneIds: [] })).toBe(false);
+    expect(await scripts.renewLease({ ...base, token })).toBe(false);
+    expect(await scripts.acquireLease({ ...base, workerId: 'host:1:a' })).toBeNull();
+    // Another worker takes it as released (no crash counted), then hands it back.
+    const other = await scripts.acquireLease({ ...base, workerId: 'host:3:c' });
+    expect(other?.previousHolder).toBe('released');
+    const otherToken = other?.token as string;
+    await scripts.releaseLease({ ...base, token: otherToken, epoch: otherToken.slice(otherToken.lastIndexOf(':') + 1) });
+    // Lifted: the worker may take it again; the other bar stays.
+    await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:1:a'], ttlMs: 0 });
+    expect(await scripts.acquireLease({ ...base, workerId: 'host:1:a' })).toMatchObject({ previousHolder: 'released' });
+    expect(await redis.hexists(keys.recovery('b', 0), 'barred:host:2:b')).toBe(1);
+    // A bar that ran out no longer refuses, and the next bar forgets it.
+    await redis.hset(keys.recovery('b', 0), 'barred:host:2:b', '1');
+    await redis.del(keys.lease('b', 0));
+    expect(await scripts.acquireLease({ ...base, workerId: 'host:2:b' })).not.toBeNull();
+    await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000 });
+    expect((await redis.hkeys(keys.recovery('b', 0))).filter((f) => f.startsWith('barred:'))).toEqual(['barred:host:4:d']);
+  });
+
   it('resets an offset with a counted lag position', async () => {
     const to = await redis.xadd(keys.stream(0), '*', 'type', 'x');
     const last = await redis.xadd(keys.stream(0), '*', 'type', 'y');

@@ -9,6 +9,7 @@ import { newGroupStats } from '../pipeline/group-stats';
 import type { FailedMessageSink } from '../handling/failed-message';
 import type { HandlerMap } from '../handling/group-plan';
 import { AcquiredLease, PartitionLease } from '../coordination/lease';
+import { MemberBars } from '../coordination/member-bars';
 import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
 import { claimGroup, releaseGroup } from '../coordination/group-claims';
@@ -30,6 +31,7 @@ export class GroupConsumer {
   private readonly processor: MessageProcessor;
   private readonly semaphore: Semaphore;
   private readonly membership: GroupMembership;
+  private readonly bars: MemberBars;
   /** Counters since this process joined the group. */
   readonly stats = newGroupStats();
   private members: string[] = [];
@@ -67,6 +69,8 @@ export class GroupConsumer {
   ) {
     this.semaphore = new Semaphore(options.concurrency);
     this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
+    // Renewed every tick (a third of the shorter TTL): two lease TTLs outlast any tick.
+    this.bars = new MemberBars(redis, name, worker.id, 2 * options.lockTtlMs);
     this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
   }
 
@@ -138,6 +142,8 @@ export class GroupConsumer {
     await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
     if (!this.redis.isReady()) return; // membership expires on its own
     try {
+      // Lifted now, not when they run out: once this member is gone, the ones it barred may be able again.
+      await this.bars.update({});
       await this.membership.leave();
       await this.announce(this.name);
     } catch (error) {
@@ -210,6 +216,7 @@ export class GroupConsumer {
     if (!this.running) return;
     // Live members want events this worker cannot handle: it must not commit past them, so it works nothing.
     this.reportStalled();
+    await this.barLacking();
     if (this.membership.wants.lacking.length > 0) return this.yieldAll(this.membership.wants.lacking);
     this.reportLacking([]);
     const partitions = this.redis.keys.partitions;
@@ -245,6 +252,23 @@ export class GroupConsumer {
         this.membership.generation,
       );
       for (const taken of acquired) if (taken && this.startWorker(taken)) missing--;
+    }
+  }
+
+  /**
+   * Bars the other members that lack wanted types from the partitions (see
+   * `MemberBars`). A failure is said and the balance goes on: the bars are
+   * tried again next tick, and the lacking members still stop on their own.
+   */
+  private async barLacking(): Promise<void> {
+    try {
+      const taken = await this.bars.update(this.membership.wants.gaps);
+      if (taken.length === 0) return;
+      const msg = `Group "${this.name}": took partitions ${taken.join(', ')} back from members that lack handlers its live members want`;
+      this.logger.log(logRecord(msg, { group: this.name, partitions: taken }));
+    } catch (error) {
+      const msg = `Group "${this.name}": could not bar members that lack wanted handlers (${describeError(error)}); trying again next tick`;
+      this.logger.warn(logRecord(msg, { group: this.name }));
     }
   }
 

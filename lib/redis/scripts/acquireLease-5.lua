@@ -37,6 +37,11 @@
   trim. A group written by an older eventrail gets its position this way, or
   from its next commit that reaches the end of the log.
 
+  A worker barred from the partition (barMembers-2.lua: a field
+  "barred:<workerId>" of the recovery hash, holding until a time on the Redis
+  clock) is refused, as when another worker holds the lease: live members of
+  its group want events it has no handler for.
+
   Returns { token, committedOffset, recovering } when taken (recovering is 1
   when the previous holder did not release the lease, 2 when a dropped
   generation's keys were cleared, else 0), nil when another worker holds it.
@@ -46,6 +51,14 @@ local rcall = redis.call
 local current = rcall("GET", KEYS[1])
 if current and string.sub(current, 1, #ARGV[1] + 1) ~= ARGV[1] .. ":" then
   return nil
+end
+
+local barredUntil = tonumber(rcall("HGET", KEYS[5], "barred:" .. ARGV[1]) or "0")
+if barredUntil > 0 then
+  local time = rcall("TIME")
+  if barredUntil > tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) then
+    return nil
+  end
 end
 
 local generation = tonumber(ARGV[5] or "0")

@@ -19,8 +19,16 @@ export interface Worker {
   ready: Promise<void>;
 }
 
+/** How one worker differs from the others (see versioned-worker.ts). */
+export interface WorkerTuning {
+  lockTtlMs?: number;
+  heartbeatTtlMs?: number;
+  /** Ignores the rebalance signal: learns of other members only at its ticks. */
+  deaf?: boolean;
+}
+
 /** A worker process of one version: its group handles `events`. */
-function startWorker(prefix: string, events: string[], heartbeatTtlMs: number | undefined): Worker {
+function startWorker(prefix: string, events: string[], { lockTtlMs, heartbeatTtlMs, deaf }: WorkerTuning): Worker {
   const child = spawnTypeScript('test/consumer/support/versioned-worker.ts', {
     env: {
       VERSIONED_PREFIX: prefix,
@@ -29,6 +37,8 @@ function startWorker(prefix: string, events: string[], heartbeatTtlMs: number | 
       VERSIONED_PARTITIONS: String(PARTITIONS),
       VERSIONED_EVENTS: events.join(','),
       ...(heartbeatTtlMs === undefined ? {} : { VERSIONED_HEARTBEAT_TTL_MS: String(heartbeatTtlMs) }),
+      ...(lockTtlMs === undefined ? {} : { VERSIONED_LOCK_TTL_MS: String(lockTtlMs) }),
+      ...(deaf ? { VERSIONED_DEAF: '1' } : {}),
     },
   });
   const output: string[] = [];
@@ -75,8 +85,8 @@ export function useRollingDeploy(heartbeatTtlMs?: number) {
   });
   afterAll(() => redis.quit());
 
-  function spawn(events: string[]): Worker {
-    const worker = startWorker(prefix, events, heartbeatTtlMs);
+  function spawn(events: string[], tuning: WorkerTuning = {}): Worker {
+    const worker = startWorker(prefix, events, { heartbeatTtlMs, ...tuning });
     workers.push(worker);
     return worker;
   }

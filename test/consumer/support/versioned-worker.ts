@@ -6,6 +6,9 @@
  * event ids, and `<prefix>:test:by:<pid>`), so the record survives a SIGKILL.
  * Run as `node -r @swc-node/register test/consumer/support/versioned-worker.ts`
  * with an IPC channel; it sends `{ type: 'ready', workerId }` once its group runs.
+ * `VERSIONED_LOCK_TTL_MS` and `VERSIONED_HEARTBEAT_TTL_MS` set its TTLs; with
+ * `VERSIONED_DEAF=1` it ignores the rebalance signal, as when its pub/sub
+ * connection lost the message, and learns of others only at its ticks.
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
@@ -51,7 +54,10 @@ function handlerFor(event: string): new () => unknown {
       // Short leases and heartbeats: a killed worker's partitions and membership go within seconds. The crash
       // tests set a longer heartbeat, so that the hold on a gone member's types (3 TTLs) outlasts a restart
       // of the worker process on a loaded host.
-      consumer: { lockTtlMs: 1_500, heartbeatTtlMs: Number(process.env.VERSIONED_HEARTBEAT_TTL_MS ?? 1_500) },
+      consumer: {
+        lockTtlMs: Number(process.env.VERSIONED_LOCK_TTL_MS ?? 1_500),
+        heartbeatTtlMs: Number(process.env.VERSIONED_HEARTBEAT_TTL_MS ?? 1_500),
+      },
     }),
   ],
   providers: [...EVENTS.map(handlerFor)],
@@ -63,6 +69,11 @@ async function main(): Promise<void> {
   app.enableShutdownHooks();
   const consumers = app.get(EventrailConsumers);
   await consumers.whenRunning();
+  if (process.env.VERSIONED_DEAF === '1') {
+    // Fault injection: the signal reaches the process but not the group.
+    const groups = (consumers as unknown as { groups: Map<string, { requestRebalance(): void }> }).groups;
+    for (const group of groups.values()) group.requestRebalance = () => undefined;
+  }
   process.on('disconnect', () => process.exit(1));
   process.send?.({ type: 'ready', workerId: consumers.workerId });
 }

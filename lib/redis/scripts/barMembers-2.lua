@@ -1,0 +1,58 @@
+--[[
+  Bars members of a group from one of its partitions: during a rolling deploy,
+  a member without a handler that the group's live members want would commit
+  past those events. Each member that sees such a member bars it here on every
+  partition, every tick, so the barred one can neither keep working (its lease
+  is taken back now, so its next commit and renewal are fenced) nor take the
+  partition again (acquireLease-5.lua refuses a barred worker) before its own
+  heartbeat tells it what it lacks. It does not wait for the rebalance signal,
+  which can be lost.
+
+  A bar is a field "barred:<workerId>" of the recovery hash holding until when
+  (ms, Redis clock) it holds: members that see the gap renew it every tick, so
+  it ends on its own soon after the gap is gone. A TTL of 0 lifts the bars now.
+
+  KEYS[1] lease key
+  KEYS[2] recovery hash
+
+  ARGV[1] how long the bars hold (ms); 0 lifts them
+  ARGV[2..] worker ids to bar
+
+  Returns 1 when the lease was taken back from a barred worker, else 0.
+  Taking it back records the epoch as released: the barred worker did not
+  crash, so the next owner counts no delivery.
+]]
+local rcall = redis.call
+local time = rcall("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+
+local barred = {}
+for i = 2, #ARGV do
+  local field = "barred:" .. ARGV[i]
+  if ttl > 0 then
+    rcall("HSET", KEYS[2], field, now + ttl)
+    barred[ARGV[i]] = true
+  else
+    rcall("HDEL", KEYS[2], field)
+  end
+end
+
+-- Bars that ran out (of members long gone) are forgotten here, so the hash stays small.
+local fields = rcall("HGETALL", KEYS[2])
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 7) == "barred:" and tonumber(fields[i + 1]) <= now then
+    rcall("HDEL", KEYS[2], fields[i])
+  end
+end
+
+local token = rcall("GET", KEYS[1])
+if token then
+  local holder, epoch = string.match(token, "^(.*):(%d+)$")
+  if holder and barred[holder] then
+    rcall("HSET", KEYS[2], "released", epoch)
+    rcall("DEL", KEYS[1])
+    return 1
+  end
+end
+return 0
