@@ -64,6 +64,9 @@ export { EventrailRetention } from './retention/eventrail-retention';
 export { retentionOptionsFromEnv } from './retention/retention-env';
 export type { ArchiveOptions, FsArchiveOptions, RetentionOptions, S3ArchiveOptions } from './retention/retention.options';
 export type { EventrailMetrics, SkipReason } from './metrics/eventrail-metrics';
+export { GroupLagReader } from './metrics/group-lag.reader';
+export type { LagReport } from './metrics/group-lag.reader';
+export type { GroupLag } from './metrics/group-lag';
 
 // Dashboard
 export { EventrailDashboardModule } from './dashboard/eventrail-dashboard.module';

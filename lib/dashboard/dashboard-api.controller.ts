@@ -3,6 +3,8 @@ import { EventrailAdmin } from '../admin/eventrail-admin';
 import type { DashboardOverview, GroupStatus, LogEntry, LogPage } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../wire/dead-letter.codec';
+import type { GroupLag } from '../metrics/group-lag';
+import { GroupLagReader, type LagReport } from '../metrics/group-lag.reader';
 import { DASHBOARD_OPTIONS } from './dashboard.constants';
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { fromParam, integerParam, listParam, optionalString, replayTarget } from './dashboard-query';
@@ -85,6 +87,18 @@ export class DashboardApiController {
     return { purged: await this.admin.purgeDeadLetters(name) };
   }
 
+  /** Every group's lag, read from Redis with or without workers: what a scaler (KEDA's `metrics-api`) polls. */
+  @Get('lag')
+  lag(): Promise<LagReport> {
+    return new GroupLagReader(this.admin).report();
+  }
+
+  /** One group's lag as a flat object, so a scaler's value path is just `lag` (or `usefulWorkers`). */
+  @Get('lag/:group')
+  groupLag(@Param('group') group: string): Promise<GroupLag> {
+    return new GroupLagReader(this.admin).group(group);
+  }
+
   @Get('log')
   log(@Query() query: Record<string, unknown>): Promise<LogPage> {
     return this.admin.readLog(integerParam('partition', query.partition, 0), {
@@ -111,6 +125,8 @@ export class DashboardApiController {
     'groups/:name/dead-letters',
     'groups/:name/dead-letters/:id',
     'groups/:name/dead-letters/replay',
+    'lag',
+    'lag/:group',
     'log',
     'log/:partition/:offset',
   ])

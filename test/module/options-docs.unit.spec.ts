@@ -6,6 +6,7 @@ import { BATCH_OPTION_NAMES, CONSUMER_OPTION_NAMES } from '../../lib/consumer/co
 import { KNOWN as DASHBOARD_OPTION_NAMES } from '../../lib/dashboard/dashboard.options';
 import { OPTION_NAMES as HEALTH_OPTION_NAMES } from '../../lib/health/eventrail-health.indicator';
 import { CLIENT_OPTION_NAMES, SERVER_OPTION_NAMES } from '../../lib/microservices/transport.options';
+import { LAG_METRICS_OPTION_NAMES } from '../../lib/metrics/lag-metrics.options';
 import { MODULE_OPTION_NAMES } from '../../lib/module/eventrail.options';
 import { INBOX_OPTION_NAMES, OPTION_NAMES as OUTBOX_OPTION_NAMES, RELAY_OPTION_NAMES } from '../../lib/outbox/outbox.options';
 import { CLUSTER_OPTION_NAMES, REDIS_OPTION_NAMES, REPLICATION_OPTION_NAMES } from '../../lib/redis/connection.options';
@@ -30,6 +31,7 @@ const PARTS: Record<string, readonly string[]> = {
   cloudevents: CLOUD_EVENTS_SOURCE_OPTION_NAMES,
   health: HEALTH_OPTION_NAMES,
   dashboard: DASHBOARD_OPTION_NAMES,
+  'lag-metrics': LAG_METRICS_OPTION_NAMES,
   'cloudevents-ingress': INGRESS_OPTION_NAMES,
   outbox: OUTBOX_OPTION_NAMES,
   'outbox-relay': RELAY_OPTION_NAMES,

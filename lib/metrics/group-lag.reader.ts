@@ -1,0 +1,61 @@
+import type { EventrailAdmin } from '../admin/eventrail-admin';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { UnknownGroupError } from '../errors/unknown-group.error';
+import { groupLag, type GroupLag } from './group-lag';
+
+/** Every group's lag at one moment, as the scaling endpoint and the CLI print it. */
+export interface LagReport {
+  /** When the read finished (this process's clock), ISO 8601. */
+  time: string;
+  /** Keyed by group name, so a scaler reads one value with a path such as `groups.mailer.lag`. */
+  groups: Record<string, GroupLag>;
+}
+
+/**
+ * Reads groups' lag through `EventrailAdmin`, so it needs no worker of the
+ * group: per group a fixed handful of commands, and per partition four (the
+ * committed offset, the lease and its expiry, the O(1) lag read), all sent
+ * at once; a partition whose lag position is unknown is counted instead.
+ */
+export class GroupLagReader {
+  constructor(private readonly admin: EventrailAdmin) {}
+
+  /**
+   * Lag of `groups`, or of every registered group when left out. A listed
+   * group that never registered (no worker ever ran) is left out rather than
+   * failing the others: it appears once its first worker started.
+   */
+  async read(groups?: readonly string[]): Promise<GroupLag[]> {
+    if (groups === undefined) return (await this.admin.groups()).map(groupLag);
+    const read = await Promise.all(
+      groups.map((name) =>
+        this.admin.group(name).then(groupLag, (error: unknown) => {
+          if (error instanceof UnknownGroupError) return null;
+          throw error;
+        }),
+      ),
+    );
+    return read.filter((lag): lag is GroupLag => lag !== null);
+  }
+
+  /** One group's lag; `UnknownGroupError` when it never registered. */
+  async group(name: string): Promise<GroupLag> {
+    return groupLag(await this.admin.group(name));
+  }
+
+  /** `read`, keyed by group name and stamped with the time. */
+  async report(groups?: readonly string[]): Promise<LagReport> {
+    const lags = await this.read(groups);
+    return { time: new Date().toISOString(), groups: Object.fromEntries(lags.map((lag) => [lag.group, lag])) };
+  }
+}
+
+/** Checks a list of group names given as an option (`option` names it in the error); undefined stays undefined (every group). */
+export function checkGroupList(option: string, groups: unknown): readonly string[] | undefined {
+  if (groups === undefined) return undefined;
+  if (!Array.isArray(groups) || groups.length === 0) throw new InvalidOptionError(option, groups, 'a non-empty array of group names');
+  for (const [i, group] of groups.entries()) {
+    if (typeof group !== 'string' || group === '') throw new InvalidOptionError(`${option}[${i}]`, group, 'a non-empty group name');
+  }
+  return [...new Set(groups as string[])];
+}

@@ -1,0 +1,65 @@
+import type { GroupStatus, PartitionStatus } from '../admin/admin.types';
+
+/**
+ * How far behind one consumer group is, read from Redis alone: it exists
+ * whether or not any worker of the group runs, which is what a scaler needs
+ * to bring a group up from zero.
+ */
+export interface GroupLag {
+  group: string;
+  /** Entries after the group's committed offsets, summed over partitions. */
+  lag: number;
+  /** True when a partition's lag had to be counted and passed the count's cap: `lag` is then a lower bound. */
+  lagCapped: boolean;
+  /** Messages held back by a failing key, still to be handled: work, like lag. */
+  parked: number;
+  /** `lag + parked`: everything the group still has to handle, the value to scale on. */
+  backlog: number;
+  /** Live members (workers) of the group now. */
+  members: number;
+  /** Partitions of the log: no group can use more workers than this. */
+  partitions: number;
+  /**
+   * Partitions with work (lag or parked messages): the most workers that can
+   * be busy now, since a partition is worked by one worker at a time.
+   */
+  usefulWorkers: number;
+  /** Dead letters waiting in the group. */
+  deadLetters: number;
+}
+
+/**
+ * Messages parked in a partition. The log keeps none yet (a failing message
+ * holds its partition, which shows as lag); once parked messages exist,
+ * `PartitionStatus` carries their count and this is where they are added to
+ * the work a scaler sees.
+ */
+export function parkedIn(partition: PartitionStatus & { parked?: number }): number {
+  return partition.parked ?? 0;
+}
+
+/** A group's status, reduced to what scaling needs. */
+export function groupLag(status: GroupStatus): GroupLag {
+  let lag = 0;
+  let parked = 0;
+  let usefulWorkers = 0;
+  let lagCapped = false;
+  for (const partition of status.partitions) {
+    const held = parkedIn(partition);
+    lag += partition.lag;
+    parked += held;
+    lagCapped ||= partition.lagCapped;
+    if (partition.lag + held > 0) usefulWorkers++;
+  }
+  return {
+    group: status.name,
+    lag,
+    lagCapped,
+    parked,
+    backlog: lag + parked,
+    members: status.members.length,
+    partitions: status.partitions.length,
+    usefulWorkers,
+    deadLetters: status.deadLetters,
+  };
+}
