@@ -14,6 +14,17 @@ const swc = [
   },
 ];
 
+// CI's NestJS 11 run (scripts/matrix.sh nest11 prints the dir): Nest's packages load from that
+// side-by-side install instead of the project's Nest 12, while rxjs and reflect-metadata stay the
+// project's single copies, as in an app (the install leaves them out).
+const nest11 = process.env.EVENTRAIL_NEST11_DIR;
+const nest11Mapper: Record<string, string> = nest11
+  ? {
+      '^@nestjs/(common|core|testing|microservices|platform-express|platform-fastify|schedule|terminus)(/.*)?$': `${nest11}/node_modules/@nestjs/$1$2`,
+      '^(rxjs|reflect-metadata)(/.*)?$': '<rootDir>/node_modules/$1$2',
+    }
+  : {};
+
 const config: Config = {
   rootDir: '.',
   testMatch: ['<rootDir>/test/**/*.spec.ts'],
@@ -22,6 +33,7 @@ const config: Config = {
   moduleFileExtensions: ['ts', 'js', 'mjs', 'json'],
   // The sample's e2e test imports the package by name, as a user's tests would (tsconfig.json's paths, for Jest).
   moduleNameMapper: {
+    ...nest11Mapper,
     '^nestjs-eventrail$': '<rootDir>/lib/index.ts',
     '^nestjs-eventrail/(health|prometheus|testing|microservices|outbox)$': '<rootDir>/lib/$1',
   },
