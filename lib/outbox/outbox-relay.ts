@@ -13,7 +13,7 @@ import { EventrailPublisher, type PublishInput } from '../publisher/eventrail.pu
 import { describeError } from '../util/describe-error';
 import type { RelaySession, Row } from './connectors/outbox-connector';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
-import type { ResolvedOutboxOptions } from './outbox.options';
+import { MAX_ROW_READ_BYTES, type ResolvedOutboxOptions } from './outbox.options';
 import { notifyChannel, qualified, RELAY_LOCK_NAMESPACE } from './outbox-schema';
 import { readOutboxStatus } from './outbox-status.reader';
 
@@ -30,6 +30,12 @@ export interface OutboxRelayStats {
   failedRows: number;
   /** Times this process became the active relay. */
   takeovers: number;
+}
+
+/** Rows read for one batch; `full` when more were waiting than the batch could hold (by count or bytes). */
+interface Batch {
+  rows: Row[];
+  full: boolean;
 }
 
 /** Bound on how long shutdown waits for the batch in hand before it closes the session anyway. */
@@ -70,7 +76,16 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private readonly deleting = new Set<string>();
   private readonly backgroundDeletes = new Set<Promise<void>>();
   /** The next batch, read while the current one is appended (only after a full batch: more is likely waiting). */
-  private prefetched?: Promise<Row[]>;
+  private prefetched?: Promise<Batch>;
+  /**
+   * Keys held behind a failed row of theirs, with that row's id (the lowest failed one of the key). Kept
+   * here so the read carries a small array rather than looking up failed rows for every row it scans.
+   * Read from the table when the relay becomes active, every `relay.pollIntervalMs`, on each idle
+   * wake-up while a key is held and right after a fixed failed row is appended (a fix or a delete is
+   * what releases a key, and neither sends a NOTIFY); added to at once when this relay fails a row.
+   */
+  private held = new Map<string, bigint>();
+  private heldReadAt = 0;
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -147,6 +162,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const { connector, outboxTable, relay } = this.options;
     this.lost = undefined;
     this.prefetched = undefined; // a read on an earlier session
+    this.heldReadAt = 0;
     const session = await connector.session();
     this.session = session;
     session.onLost((error) => {
@@ -168,6 +184,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     let redisFailures = 0;
     while (!this.stopping) {
       if (this.lost) throw this.lost;
+      if (Date.now() - this.heldReadAt >= relay.pollIntervalMs) await this.readHeldKeys(session);
       const outcome = await this.relayBatch(session);
       if (outcome === 'redis-down') {
         redisFailures++;
@@ -176,10 +193,14 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       }
       redisFailures = 0;
       await this.sample(session);
-      if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
+      if (outcome === 'drained') {
+        await this.pause(relay.pollIntervalMs, true);
+        // Idle with a key held: a fix or a delete sends no NOTIFY, so look again on every wake-up.
+        if (this.held.size > 0) this.heldReadAt = 0;
+      }
     }
     // Stopping between batches: what Redis acknowledged goes now, not as a successor's duplicates.
-    await (this.prefetched as Promise<Row[]> | undefined)?.catch(() => undefined); // set by relayBatch
+    await (this.prefetched as Promise<Batch> | undefined)?.catch(() => undefined); // set by relayBatch
     this.prefetched = undefined;
     await Promise.all(this.backgroundDeletes);
     if (this.appended.length > 0 && !this.lost) await this.deleteAppended(session);
@@ -191,14 +212,24 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    * is waiting. `more` when the next batch should be read at once.
    */
   private async relayBatch(session: RelaySession): Promise<'more' | 'drained' | 'redis-down'> {
-    const { outboxTable, relay } = this.options;
+    const { outboxTable } = this.options;
     const prefetched = this.prefetched;
     this.prefetched = undefined;
-    const rows = await (prefetched ?? this.deleteAndRead(session, []));
+    const { rows, full } = await (prefetched ?? this.deleteAndRead(session, []));
     if (rows.length === 0) return this.notified ? 'more' : 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
     for (const row of rows) {
+      // Behind a row failed in this batch (or after this batch was read): it waits, and the next reads leave it out.
+      if (this.isHeld(row)) continue;
+      if (row.unread === true) {
+        await this.fail(
+          session,
+          row,
+          `its data and headers are ${String(row.bytes)} bytes, over the ${this.rowReadBytes()} the relay reads of one row (the larger of relay.maxBatchBytes and maxPayloadBytes, at most ${MAX_ROW_READ_BYTES}): not read`,
+        );
+        continue;
+      }
       try {
         inputs.push(toPublishInput(row));
         kept.push(row);
@@ -211,7 +242,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const appending = this.publisher.publishMany(inputs);
     // A full batch: read the next one meanwhile (PostgreSQL and Redis work at once). Rows of the same key
     // as one in this batch have higher ids (the key lock), so the next batch never overtakes this one.
-    if (rows.length === relay.batchSize) {
+    if (full) {
       this.prefetched = this.deleteAndRead(
         session,
         rows.map((row) => String(row.id)),
@@ -235,7 +266,10 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       return 'redis-down';
     }
     this.appended.push(...kept.map((row) => String(row.id)));
-    const more = rows.length === relay.batchSize || this.notified || this.prefetched !== undefined;
+    // A fixed failed row went: its key's held rows may go now, right behind it.
+    const released = kept.some((row) => row.key !== null && this.held.get(row.key as string) === BigInt(row.id as string));
+    if (released) this.heldReadAt = 0;
+    const more = full || released || this.notified || this.prefetched !== undefined;
     // Nothing more waits: delete now, but on another connection, so a row committed meanwhile is read at once.
     if (!more) this.deleteInBackground();
     this.counters.batches++;
@@ -249,35 +283,80 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   /**
    * The next rows in `id` order, after deleting the ones appended last. The read cannot see that
    * statement's own delete (one snapshot), so it leaves those ids out itself.
+   *
+   * Bounded by bytes as well as rows: `octet_length` gives a stored value's length without fetching it,
+   * and `data` and `headers` are returned only for the rows that fit in `relay.maxBatchBytes` (the
+   * first always), and for no row over the one-row bound: that one comes back `unread`, to be failed.
+   * A key held behind a failed row is left out with the in-memory list of held keys, so the read never
+   * looks up failed rows per row, and is the plain index scan in `id` order while no key is held.
    */
-  private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Row[]> {
+  private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Batch> {
     const table = qualified(this.options.outboxTable);
-    const columns = 'id, event_id, event, key, partition, data, headers';
-    const limit = this.options.relay.batchSize;
-    const log = this.eventrail.prefix;
-    // This log's rows (and rows from before logs were recorded) that are not failed. Placeholders in order: `n` is the first.
-    const mine = (n: number): string => `failed is null and id <> all($${n}::bigint[]) and (log = $${n + 1} or log is null)`;
+    const { batchSize, maxBatchBytes } = this.options.relay;
     const deleting = this.appended;
     this.appended = [];
+    // Placeholders are numbered in the order the template below evaluates them, each used once.
+    const values: unknown[] = [];
+    const $ = (value: unknown): string => {
+      values.push(value);
+      return `$${values.length}`;
+    };
+    const held = [...this.held];
+    const sql = `with ${deleting.length > 0 ? `gone as (delete from ${table} where id = any(${$(deleting)}::bigint[])),` : ''}
+      c as (
+        select id, event_id, event, key, partition, data, headers,
+          octet_length(data)::bigint + coalesce(octet_length(headers), 0) as bytes
+        from ${table} r
+        where failed is null and id <> all(${$([...deleting, ...inFlight, ...this.deleting])}::bigint[])
+          and (log = ${$(this.eventrail.prefix)} or log is null)
+          ${
+            // A held key's failed row id, looked up in the array by position: no subquery per row.
+            held.length === 0
+              ? ''
+              : `and coalesce(id <= (${$(held.map(([, id]) => String(id)))}::bigint[])[array_position(${$(held.map(([key]) => key))}::text[], key)], true)`
+          }
+        order by id limit ${$(batchSize)}),
+      s as (
+        select c.*, bytes > ${$(this.rowReadBytes())} as unread from c),
+      w as (
+        select s.*, row_number() over (order by id) as n, count(*) over () as candidates,
+          sum(case when unread then 0 else bytes end) over (order by id) as running
+        from s)
+      select id, event_id, event, key, partition, bytes, unread, candidates,
+        case when unread then null else data end as data, case when unread then null else headers end as headers
+      from w where n = 1 or running <= ${$(maxBatchBytes)}
+      order by id`;
     // A NOTIFY from here on may be for a row this read does not see: it makes the batch `more`.
     this.notified = false;
     try {
-      if (deleting.length === 0) {
-        return await session.query(`select ${columns} from ${table} where ${mine(1)} order by id limit $3`, [
-          [...inFlight, ...this.deleting],
-          log,
-          limit,
-        ]);
-      }
-      return await session.query(
-        `with gone as (delete from ${table} where id = any($1::bigint[]))
-         select ${columns} from ${table} where ${mine(2)} order by id limit $4`,
-        [deleting, [...deleting, ...inFlight, ...this.deleting], log, limit],
-      );
+      const rows = await session.query(sql, values);
+      return { rows, full: rows.length === batchSize || Number(rows[0]?.candidates ?? 0) > rows.length };
     } catch (error) {
       this.appended = [...deleting, ...this.appended];
       throw error;
     }
+  }
+
+  /** The most the relay reads of one row: a row over it is failed unread. */
+  private rowReadBytes(): number {
+    return Math.min(Math.max(this.options.relay.maxBatchBytes, this.eventrail.maxPayloadBytes), MAX_ROW_READ_BYTES);
+  }
+
+  /** Replaces the held keys with the table's: the failed rows of this log (the partial index on failed rows finds them). */
+  private async readHeldKeys(session: RelaySession): Promise<void> {
+    const rows = await session.query(
+      `select key, min(id)::text as id from ${qualified(this.options.outboxTable)}
+       where failed is not null and key is not null and (log = $1 or log is null) group by key`,
+      [this.eventrail.prefix],
+    );
+    this.held = new Map(rows.map((row) => [row.key as string, BigInt(row.id as string)]));
+    this.heldReadAt = Date.now();
+  }
+
+  /** A keyed row after a failed row of its key: it waits until that row is fixed or deleted. */
+  private isHeld(row: Row): boolean {
+    const failedId = row.key === null || row.key === undefined ? undefined : this.held.get(row.key as string);
+    return failedId !== undefined && BigInt(row.id as string) > failedId;
   }
 
   /**
@@ -321,6 +400,8 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   private async markFailed(session: RelaySession, rows: Row[], inputs: PublishInput[]): Promise<number> {
     let failed = 0;
     for (let i = 0; i < rows.length; i++) {
+      // A key's rows after its first refused one are held (the re-read leaves them out), not judged.
+      if (this.isHeld(rows[i])) continue;
       const { event, data, ...options } = inputs[i];
       try {
         // Rows hold event names: the relay builds its inputs from them.
@@ -335,8 +416,18 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
 
   private async fail(session: RelaySession, row: Row, reason: string): Promise<void> {
     const { outboxTable } = this.options;
-    this.logger.error(`Outbox row ${String(row.id)} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}`);
-    await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, String(row.id)]);
+    const id = String(row.id);
+    const key = row.key as string | null;
+    const held =
+      key === null
+        ? ''
+        : `; the later rows of key ${JSON.stringify(key)} wait behind it until it is fixed (update ${outboxTable} set data = '...', failed = null where id = ${id}) or deleted (delete from ${outboxTable} where id = ${id})`;
+    this.logger.error(`Outbox row ${id} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}${held}`);
+    await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, id]);
+    if (key !== null) {
+      const earlier = this.held.get(key);
+      if (earlier === undefined || BigInt(id) < earlier) this.held.set(key, BigInt(id));
+    }
     this.counters.failedRows++;
   }
 

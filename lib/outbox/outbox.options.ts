@@ -8,6 +8,12 @@ export interface OutboxRelayOptions {
   enabled?: boolean;
   /** Rows read and appended per round trip. @default 500 */
   batchSize?: number;
+  /**
+   * Bytes of `data` and `headers` read per batch: a batch ends before the row that would pass it (its
+   * first row is always read). A row over both this and the log's `maxPayloadBytes` (or over 256 MiB)
+   * is not read at all: it is marked failed. @default 16777216 (16 MiB)
+   */
+  maxBatchBytes?: number;
   /** How often the relay looks for rows when no NOTIFY woke it (a missed notification, a connector that cannot listen). @default 5000 */
   pollIntervalMs?: number;
   /** First wait after a failure (Redis or the database down), doubling with jitter. @default 100 */
@@ -63,7 +69,14 @@ export interface ResolvedOutboxOptions {
 }
 
 export const OUTBOX_DEFAULTS = {
-  relay: { enabled: true, batchSize: 500, pollIntervalMs: 5_000, retryBackoffMs: 100, retryBackoffMaxMs: 5_000 },
+  relay: {
+    enabled: true,
+    batchSize: 500,
+    maxBatchBytes: 16 * 1024 * 1024,
+    pollIntervalMs: 5_000,
+    retryBackoffMs: 100,
+    retryBackoffMaxMs: 5_000,
+  },
   inbox: { retentionMs: 7 * 86_400_000, pruneIntervalMs: 3_600_000 },
   ensureSchema: false,
   outboxTable: 'eventrail_outbox',
@@ -72,8 +85,13 @@ export const OUTBOX_DEFAULTS = {
 } as const;
 
 export const OPTION_NAMES = ['connector', 'relay', 'inbox', 'ensureSchema', 'outboxTable', 'inboxTable', 'keyLocks', 'isGlobal'];
-export const RELAY_OPTION_NAMES = ['enabled', 'batchSize', 'pollIntervalMs', 'retryBackoffMs', 'retryBackoffMaxMs'];
+export const RELAY_OPTION_NAMES = ['enabled', 'batchSize', 'maxBatchBytes', 'pollIntervalMs', 'retryBackoffMs', 'retryBackoffMaxMs'];
 export const INBOX_OPTION_NAMES = ['retentionMs', 'pruneIntervalMs'];
+/**
+ * The most the relay reads of one row. The driver turns a row's text into JavaScript strings, and V8
+ * refuses strings over about 512 MiB (inside the driver's parser, where nothing can catch it).
+ */
+export const MAX_ROW_READ_BYTES = 256 * 1024 * 1024;
 /** Unquoted PostgreSQL identifiers, optionally schema-qualified: nothing to escape, and what `\d` shows. */
 const TABLE_PATTERN = /^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$/;
 
@@ -101,6 +119,7 @@ export function resolveOutboxOptions(options: EventrailOutboxModuleOptions): Res
     relay: {
       enabled: checkBoolean('outbox.relay.enabled', relay.enabled ?? d.relay.enabled),
       batchSize: checkInteger('outbox.relay.batchSize', relay.batchSize ?? d.relay.batchSize, 1, 10_000),
+      maxBatchBytes: checkInteger('outbox.relay.maxBatchBytes', relay.maxBatchBytes ?? d.relay.maxBatchBytes, 1024, MAX_ROW_READ_BYTES),
       pollIntervalMs: checkInteger('outbox.relay.pollIntervalMs', relay.pollIntervalMs ?? d.relay.pollIntervalMs, 10, 3_600_000),
       retryBackoffMs,
       retryBackoffMaxMs: checkInteger(
