@@ -5,6 +5,8 @@ import { parseCount } from './runtime/argument.parser';
 import type { CliRunner } from './runtime/cli.runner';
 import { registerDlqCommands } from './commands/dlq.command';
 import { registerGroupCommands } from './commands/groups.command';
+import { registerLagCommand } from './commands/lag.command';
+import { registerMetricsCommand } from './commands/metrics.command';
 import { registerOffsetsCommands } from './commands/offsets.command';
 import { registerOutboxCommands } from './commands/outbox.command';
 import { registerPruneStaleCommand } from './commands/prune-stale.command';
@@ -69,6 +71,8 @@ export function createProgram(runner: CliRunner): Command {
 
   registerStatusCommand(program, runner);
   registerGroupCommands(program, runner);
+  registerLagCommand(program, runner);
+  registerMetricsCommand(program, runner);
   registerDlqCommands(program, runner);
   registerOffsetsCommands(program, runner);
   registerTailCommand(program, runner);
