@@ -22,6 +22,8 @@ export interface DatabaseRunRecord {
   effects: readonly EffectRow[];
   /** Event ids of the group's inbox rows. */
   inbox: readonly string[];
+  /** The group's dead letters: none is expected (no event is made to fail), so each says why it was given up. */
+  deadLetters: ReadonlyArray<{ eventId: string | null; reason: string; error: string; attempts: number }>;
   /** Outbox rows of this log still in the table. */
   outboxLeft: number;
   /** Committed offsets that moved back (from the sampler). */
@@ -33,7 +35,8 @@ export interface DatabaseRunRecord {
 }
 
 export interface DatabaseViolation {
-  invariant: 'delivered' | 'exactly-once' | 'inbox-agrees' | 'key-order' | 'appended-once' | 'offsets' | 'workers' | 'drained';
+  invariant:
+    'delivered' | 'exactly-once' | 'inbox-agrees' | 'key-order' | 'appended-once' | 'dead-letters' | 'offsets' | 'workers' | 'drained';
   detail: string;
 }
 
@@ -46,6 +49,7 @@ const LIMIT_PER_INVARIANT = 10;
  * - inbox-agrees: the inbox rows and the effect rows name the same events (they commit together or not at all);
  * - key-order: per key, the effects were committed in the order of the key's entries in the log;
  * - appended-once: no event id twice in the log (the relay's repeats absorbed by dedup);
+ * - dead-letters: none (a database fault is transient: retries, not a give-up);
  * - offsets: no committed offset moved back; workers: no worker died but by the test's hand;
  * - drained: the group caught up and the relay emptied the outbox.
  */
@@ -58,6 +62,8 @@ export function checkDatabaseRun(run: DatabaseRunRecord): DatabaseViolation[] {
   if (run.outboxLeft > 0) add('drained', `${run.outboxLeft} outbox rows were never relayed`);
   for (const exit of run.unexpectedExits) add('workers', exit);
   for (const move of run.backwardMoves) add('offsets', move);
+  for (const d of run.deadLetters)
+    add('dead-letters', `event ${d.eventId} dead-lettered (${d.reason}, ${d.attempts} attempts): ${d.error}`);
 
   // Per event id: where it first is in the log (and how often it is there).
   const entries = new Map<string, { entry: DatabaseLogEntry; copies: number }>();

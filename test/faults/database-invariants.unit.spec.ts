@@ -22,6 +22,7 @@ function run(overrides: Partial<DatabaseRunRecord> = {}): DatabaseRunRecord {
       { seq: 3, eventId: 'b', key: 'k' },
     ],
     inbox: ['a', 'b', 'c'],
+    deadLetters: [],
     outboxLeft: 0,
     backwardMoves: [],
     unexpectedExits: [],
@@ -69,10 +70,12 @@ describe('database schedule invariants', () => {
     expect(invariants(run({ effects: acrossKeys }))).toEqual([]);
   });
 
-  it('finds an event appended twice, offsets moved back, dead workers, and what was not drained', () => {
+  it('finds an event appended twice, offsets moved back, dead letters, dead workers, and what was not drained', () => {
     const twice = [[...LOG[0], { partition: 0, offset: '4-0', id: 'a', key: 'k', n: 0 }]];
     expect(invariants(run({ log: twice }))).toEqual(['appended-once']);
     expect(invariants(run({ backwardMoves: ['0|5-0 -> 0|4-0'] }))).toEqual(['offsets']);
+    const letter = { eventId: 'c', reason: 'retries-exhausted', error: 'Error: connection lost', attempts: 4 };
+    expect(invariants(run({ deadLetters: [letter] }))).toEqual(['dead-letters']);
     expect(invariants(run({ unexpectedExits: ['pid 7 exited 1'] }))).toEqual(['workers']);
     expect(invariants(run({ outboxLeft: 2 }))).toEqual(['drained']);
     expect(invariants(run({ drainFailure: 'timed out' }))).toEqual(['drained']);

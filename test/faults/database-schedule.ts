@@ -30,7 +30,8 @@ export interface DatabaseSchedule {
     batchSize: number;
     lockTtlMs: number;
     heartbeatTtlMs: number;
-    maxRetries: number;
+    /** Retry by time, as the guide has a handler that depends on a database: an outage is waited out, never dead-lettered. */
+    maxRetryAgeMs: number;
     retryBackoffMs: number;
     retryBackoffMaxMs: number;
   };
@@ -81,7 +82,7 @@ export function drawDatabaseSchedule(seed: number): DatabaseSchedule {
     batchSize: rng.pick([1, 5, 20]),
     lockTtlMs: LIMITS.lockTtlMs,
     heartbeatTtlMs: LIMITS.lockTtlMs,
-    maxRetries: rng.int(2, 5),
+    maxRetryAgeMs: 60_000,
     retryBackoffMs: 20,
     retryBackoffMaxMs: 200,
   };

@@ -10,9 +10,9 @@ const RUNS = Number(process.env.EVENTRAIL_DB_CHAOS_RUNS ?? '0');
 const SEEDS =
   RUNS > 0
     ? Array.from({ length: RUNS }, (_, i) => 5000 + i)
-    : (process.env.EVENTRAIL_DB_CHAOS_SEEDS ?? '4001,4002,4003,4004').split(',').map((s) => Number(s.trim()));
+    : (process.env.EVENTRAIL_DB_CHAOS_SEEDS ?? '4001,4002,4003').split(',').map((s) => Number(s.trim()));
 /** No new schedule starts after this long (unless soaking); one still running finishes. */
-const BUDGET_MS = RUNS > 0 ? Infinity : 60_000;
+const BUDGET_MS = RUNS > 0 ? Infinity : 45_000;
 
 /**
  * Seeded database fault schedules: an inbox group over 1-2 worker processes
@@ -22,7 +22,7 @@ const BUDGET_MS = RUNS > 0 ? Infinity : 60_000;
  * and immediate) and worker SIGKILLs between the publishes. After each: every
  * accepted event in the log once, every entry's effect committed exactly once
  * with its inbox row, effects in per-key order, offsets never back, no worker
- * death the schedule did not cause, the outbox drained.
+ * death the schedule did not cause, no dead letter (the group retries by time), the outbox drained.
  */
 describe('fuzz: seeded database fault schedules', () => {
   let postgres: PostgresServer | undefined;

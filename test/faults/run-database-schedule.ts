@@ -8,6 +8,7 @@ import { EventrailModule, EventrailPublisher } from '../../lib';
 import { EventrailOutbox, EventrailOutboxModule, pgConnector } from '../../lib/outbox';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { RawEntry, readEntry } from '../../lib/wire/codec';
+import { decodeDeadLetter } from '../../lib/wire/dead-letter.codec';
 import type { PostgresServer } from '../support/postgres';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { offsetsCoverLog } from './support/log-checks';
@@ -285,6 +286,7 @@ async function collect(
   const { rows: effects } = await pool.query<{ seq: string; event_id: string; key: string }>(
     'select seq, event_id, key from fuzz_effects order by seq',
   );
+  const letters = (await redis.xrange(keys.deadLetters(DB_GROUP), '-', '+')).map(([id, fields]) => decodeDeadLetter(id, fields));
   const { rows: inbox } = await pool.query<{ event_id: string }>('select event_id from eventrail_inbox where group_name = $1', [DB_GROUP]);
   // A worker still starting while PostgreSQL restarted fails its startup and the supervisor starts another: noted, not a violation.
   const restarts = state.faults['restart-postgres'] + state.faults['terminate-all'] > 0;
@@ -299,6 +301,12 @@ async function collect(
     log,
     effects: effects.map((r) => ({ seq: Number(r.seq), eventId: r.event_id, key: r.key })),
     inbox: inbox.map((r) => r.event_id),
+    deadLetters: letters.map((d) => ({
+      eventId: d.eventId,
+      reason: d.reason,
+      error: `${d.error.name}: ${d.error.message}`,
+      attempts: d.attempts,
+    })),
     outboxLeft: await outboxLeft(pool),
     backwardMoves: sampler.backwardMoves([]),
     unexpectedExits,
