@@ -15,6 +15,7 @@ import { withTimeout } from '../util/timeout';
 import { firstSeedError, permanentConnectionFailure } from './connection-failure';
 import { type ProbeAnswer, ServerProbe } from './server-probe';
 import { normalizeRedisUrl } from './redis-url';
+import { RedisClock } from './redis-clock';
 
 /** Between two tries of the startup checks after Redis went away during them. */
 const STARTUP_RETRY_MS = 200;
@@ -47,6 +48,8 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   readonly keys: EventrailKeys;
   /** The typed door to eventrail's Lua scripts, on `client`. */
   readonly scripts: EventrailScripts;
+  /** Redis's clock, which leases, done-marks and failure times are written on, as this process sees it. */
+  readonly clock = new RedisClock();
   private readonly owned: boolean;
   private readonly duplicates = new Set<Redis | Cluster>();
   /** Remembers what each node refused (`CONFIG`, `INFO`, `ROLE`, `WAIT`), so it is never asked again. */

@@ -16,9 +16,11 @@ export class FailureMemory {
   /** When the entry at `offset` first failed, in any worker; `now` when this is the first time, or Redis cannot say. */
   async failingSince(partition: number, offset: string, now: Date): Promise<Date> {
     try {
-      const since = await this.redis.scripts.markFailure({ group: this.group, partition, offset, nowMs: now.getTime() });
-      // A time from the future (another host's clock ahead of ours) counts from now instead.
-      return new Date(Math.min(since, now.getTime()));
+      // Stored on Redis's clock, so workers on hosts with skewed clocks agree on the age.
+      const { clock } = this.redis;
+      const since = await this.redis.scripts.markFailure({ group: this.group, partition, offset, nowMs: clock.fromLocal(now.getTime()) });
+      // A time from the future (an older worker wrote its own clock, ahead of Redis's) counts from now instead.
+      return new Date(Math.min(clock.toLocal(since), now.getTime()));
     } catch {
       // Redis is away: the budget counts from this worker's first failure, as without the memory.
       return now;

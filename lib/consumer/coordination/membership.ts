@@ -71,7 +71,7 @@ export class GroupMembership {
       this.beat(),
       client.hgetall(keys.memberInfo(this.group)),
       client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
-      readRedisClock(client),
+      this.readClock(),
     ]);
     await Promise.all([client.sadd(keys.groups, this.group), this.registerEvents()]);
     return this.weigh(members, details, scores, now);
@@ -89,7 +89,7 @@ export class GroupMembership {
       client.sadd(keys.groups, this.group),
       client.hgetall(keys.memberInfo(this.group)),
       client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
-      readRedisClock(client),
+      this.readClock(),
     ]);
     return this.weigh(members, details, scores, now);
   }
@@ -124,6 +124,14 @@ export class GroupMembership {
     this.info = JSON.stringify({ ...parseMemberInfo(this.info), held: Object.fromEntries(this.held) });
     this.wants = groupWants(members, details, this.worker.id, new Set(this.events), this.held.keys());
     return this.wants.able;
+  }
+
+  /** Reads the Redis clock and teaches it to this process's `RedisClock` (see there). */
+  private async readClock(): Promise<number> {
+    const sentAt = Date.now();
+    const now = await readRedisClock(this.redis.client);
+    this.redis.clock.observe(now, sentAt, Date.now());
+    return now;
   }
 
   private holdUntil(event: string, until: number): void {

@@ -376,7 +376,8 @@ export class PartitionWorker {
     for (const id of this.commits.pending(ids)) done.add(id);
     const { redis, lease } = this.params;
     const scores = (await redis.client.zmscore(redis.keys.done(lease.group, lease.partition), ...ids)) as Array<string | null>;
-    const now = Date.now();
+    // Marks expire on Redis's clock: compared with this host's, a skewed clock would misjudge them.
+    const now = redis.clock.now();
     scores.forEach((score, i) => {
       if (score !== null && Number(score) > now) done.add(ids[i]);
     });

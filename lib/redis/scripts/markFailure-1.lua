@@ -11,7 +11,8 @@
   KEYS[1] recovery hash of the (group, partition) (fields failingAt, failingSince)
 
   ARGV[1] stream id of the failing entry
-  ARGV[2] the caller's time of this failure, epoch ms
+  ARGV[2] the time of this failure on the Redis clock (the caller's estimate of
+          it, see redis-clock.ts), epoch ms
 
   Returns the epoch ms since which the entry has been failing.
 ]]
