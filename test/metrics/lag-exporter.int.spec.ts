@@ -2,8 +2,9 @@ import { INestApplicationContext, Injectable, Provider } from '@nestjs/common';
 import Redis from 'ioredis';
 import { Registry } from 'prom-client';
 import { EventrailAdmin, EventrailPublisher, InvalidOptionError, OnEvent } from '../../lib';
-import { registerLagMetrics, type LagMetrics } from '../../lib/prometheus';
+import { EventrailLagMetricsModule, registerLagMetrics, type LagMetrics } from '../../lib/prometheus';
 import { createApp } from '../support/app';
+import { startRedisServer } from '../support/redis-server';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { parseExposition, promtoolProblems, promtoolUnavailable, type Sample, valueOf } from './exposition';
 
@@ -134,6 +135,57 @@ describe('fleet-wide lag gauges', () => {
     await waitFor(async () => valueOf(await scrape(registry), 'eventrail_group_lag', { group: 'billing' }) === 0, 'the first read');
     await publisher.publish(EVENT, {}, { partition: 0 });
     await waitFor(async () => valueOf(await scrape(registry), 'eventrail_group_lag', { group: 'billing' }) === 1, 'a scheduled read');
+  });
+
+  it('with refreshMs, stops answering from its last read when Redis fails, rather than repeating a number that stopped moving', async () => {
+    const server = await startRedisServer();
+    let app: INestApplicationContext | undefined;
+    try {
+      const seed = await createApp({ redis: server.url, prefix, partitions: 1 }, workersOf(['billing']));
+      await seed.get(EventrailPublisher).publish(EVENT, {});
+      await waitFor(async () => (await seed.get(EventrailAdmin).groups())[0]?.partitions[0].committed, 'billing committed');
+      await seed.close();
+      app = await createApp({ redis: server.url, prefix, partitions: 1 });
+      const registry = new Registry();
+      exporters.push(registerLagMetrics(app.get(EventrailAdmin), { registry, refreshMs: 50 }));
+      await waitFor(async () => valueOf(await scrape(registry), 'eventrail_group_members', { group: 'billing' }) === 0, 'a scheduled read');
+      await server.stop();
+      // Once a scheduled read failed, a scrape reads Redis itself, and fails with it.
+      await waitFor(
+        () =>
+          registry.metrics().then(
+            () => false,
+            () => true,
+          ),
+        'a scrape that fails while Redis is down',
+      );
+    } finally {
+      for (const exporter of exporters.splice(0)) exporter.stop();
+      await app?.close().catch(() => undefined);
+      await server.stop();
+    }
+  });
+
+  it('as a Nest module (register and registerAsync), registers the gauges at startup and stops its schedule at shutdown', async () => {
+    const publisher = await groupsWithoutWorkers(2, ['billing']);
+    await publisher.publish(EVENT, {}, { partition: 1 });
+    const [sync, async] = [new Registry(), new Registry()];
+    const app = await createApp(
+      { prefix, partitions: 2 },
+      [],
+      [
+        EventrailLagMetricsModule.register({ registry: sync, refreshMs: 60_000 }),
+        EventrailLagMetricsModule.registerAsync({ useFactory: () => Promise.resolve({ registry: async, groups: ['billing'] }) }),
+      ],
+    );
+    apps.push(app);
+    expect(valueOf(await scrape(sync), 'eventrail_group_backlog', { group: 'billing' })).toBe(1);
+    expect(valueOf(await scrape(async), 'eventrail_group_backlog', { group: 'billing' })).toBe(1);
+    expect(() => EventrailLagMetricsModule.register({ refreshMs: 1.5 })).toThrow(/lagMetrics\.refreshMs/);
+    // Closed: the schedule is gone, so a scrape no longer answers from the last read (the connection is closed too).
+    await app.close();
+    apps.splice(apps.indexOf(app), 1);
+    await expect(sync.metrics()).rejects.toThrow();
   });
 
   it('refuses options it cannot use, naming them', async () => {
