@@ -267,7 +267,8 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     }
     this.appended.push(...kept.map((row) => String(row.id)));
     // A fixed failed row went: its key's held rows may go now, right behind it.
-    const released = kept.some((row) => row.key !== null && this.held.get(row.key as string) === BigInt(row.id as string));
+    const released =
+      this.held.size > 0 && kept.some((row) => row.key !== null && this.held.get(row.key as string) === BigInt(row.id as string));
     if (released) this.heldReadAt = 0;
     const more = full || released || this.notified || this.prefetched !== undefined;
     // Nothing more waits: delete now, but on another connection, so a row committed meanwhile is read at once.
