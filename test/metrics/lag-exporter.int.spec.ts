@@ -1,5 +1,7 @@
 import { INestApplicationContext, Injectable, Provider } from '@nestjs/common';
 import Redis from 'ioredis';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { EventrailAdmin, EventrailPublisher, InvalidOptionError, OnEvent } from '../../lib';
 import { EventrailLagMetricsModule, registerLagMetrics, type LagMetrics } from '../../lib/prometheus';
@@ -220,6 +222,13 @@ describe('fleet-wide lag gauges', () => {
       }
       return seen;
     }
+
+    it('is stated, as measured below, in the README and the autoscaling page', () => {
+      for (const page of ['README.md', 'docs/operations/autoscaling.md']) {
+        expect([page, readFileSync(join(__dirname, '../..', page), 'utf8').includes('1 + G × (6 + 4 P)')]).toEqual([page, true]);
+      }
+      expect(readFileSync(join(__dirname, '../../docs/operations/autoscaling.md'), 'utf8')).toContain('G × (7 + 4 P) for a listed set');
+    });
 
     it.each([
       [1, 1],
