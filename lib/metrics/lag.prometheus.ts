@@ -34,9 +34,11 @@ export function registerLagMetrics(admin: EventrailAdmin, options: LagMetricsOpt
   const resolved = resolveLagMetricsOptions(options);
   const registry: Registry = resolved.registry ?? defaultRegistry;
   const sampler = new LagSampler(new GroupLagReader(admin), resolved.groups, resolved.refreshMs);
+  let created = 0;
   for (const [name, help, value] of GAUGES) {
     const full = resolved.prefix + name;
     if (registry.getSingleMetric(full)) continue;
+    created++;
     new Gauge({
       name: full,
       help,
@@ -49,6 +51,7 @@ export function registerLagMetrics(admin: EventrailAdmin, options: LagMetricsOpt
       },
     });
   }
-  sampler.start();
+  // Gauges all reused: the first registration's sampler feeds them, and this one must not read Redis for nothing.
+  if (created > 0) sampler.start();
   return { stop: () => sampler.stop() };
 }

@@ -71,10 +71,10 @@ export function registerMetricsCommand(program: Command, runner: CliRunner): voi
         const server = createServer((request, response) => {
           void serve(request, response, { admin: session.admin, registry, groups, token: BearerToken.of(token) });
         });
-        const stopping = new Promise<void>((resolve) => {
-          process.once('SIGINT', resolve);
-          process.once('SIGTERM', resolve);
-        });
+        let stop = (): void => undefined;
+        const stopping = new Promise<void>((resolve) => (stop = resolve));
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
         try {
           server.listen(flags.listen, flags.host);
           await once(server, 'listening');
@@ -86,6 +86,8 @@ export function registerMetricsCommand(program: Command, runner: CliRunner): voi
           );
           await stopping;
         } finally {
+          process.removeListener('SIGINT', stop);
+          process.removeListener('SIGTERM', stop);
           metrics.stop();
           await close(server);
         }
