@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Registry } from 'prom-client';
@@ -6,13 +7,15 @@ import { groupLag } from '../../lib/metrics/group-lag';
 import { registerLagMetrics } from '../../lib/prometheus';
 import { parseExposition } from './exposition';
 
-// The manifests of docs/operations/autoscaling.md, parsed as YAML and held to the field names of KEDA's
-// ScaledObject, TriggerAuthentication and scalers (KEDA 2.19 docs: reference/scaledobject-spec,
-// concepts/authentication, scalers/metrics-api and scalers/prometheus; no CRD schema is published on npm)
-// and of the Kubernetes HPA (autoscaling/v2), and to what eventrail serves: the value location must find a
-// number in the endpoint's JSON, the query must name a series the exporter writes.
+// The manifests of docs/operations/autoscaling.md, parsed as YAML and validated against KEDA's CRD schemas
+// and Kubernetes' autoscaling/v2 schema (the validators of @kubernetes-models/keda and kubernetes-models,
+// generated from them: types and required fields). Those schemas let unknown fields through, so the field
+// names are also held to the lists of KEDA 2.19's docs (reference/scaledobject-spec,
+// concepts/authentication, scalers/metrics-api and scalers/prometheus) and of the HPA. And to what
+// eventrail serves: the value location must find a number in the endpoint's JSON, the query must name a
+// series the exporter writes.
 
-// js-yaml comes with Jest's coverage tooling; its 3.x API is all that is used.
+// js-yaml 3 (a dev dependency, also Jest's): its safeLoadAll is all that is used; it ships no types.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const yaml = require('js-yaml') as { safeLoadAll(text: string): unknown[] };
 
@@ -84,6 +87,32 @@ const HPA = {
   target: ['type', 'value', 'averageValue', 'averageUtilization'],
 };
 
+/**
+ * Validates each manifest with the schema of its kind, in a child Node (the validator packages are ES
+ * modules only); answers the problems, one string per manifest that failed.
+ */
+function schemaProblems(documents: readonly Doc[]): string[] {
+  const script = `
+    import { ScaledObject, TriggerAuthentication } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+    import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+    const kinds = { ScaledObject, TriggerAuthentication, HorizontalPodAutoscaler };
+    let text = '';
+    for await (const chunk of process.stdin) text += chunk;
+    const problems = JSON.parse(text).map((doc) => {
+      const Model = kinds[doc.kind];
+      if (!Model) return doc.kind + ': no schema';
+      try { new Model(doc).validate(); return null; } catch (error) { return doc.kind + ': ' + error.message; }
+    });
+    process.stdout.write(JSON.stringify(problems.filter(Boolean)));`;
+  const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: join(__dirname, '../..'),
+    input: JSON.stringify(documents),
+    encoding: 'utf8',
+  });
+  if (run.status !== 0) throw new Error(`the schema check did not run: ${run.stderr}`);
+  return JSON.parse(run.stdout) as string[];
+}
+
 function keysWithin(where: string, value: unknown, allowed: readonly string[]): void {
   expect({ where, unknown: Object.keys(value as Doc).filter((key) => !allowed.includes(key)) }).toEqual({ where, unknown: [] });
 }
@@ -123,6 +152,18 @@ describe('the autoscaling recipes', () => {
     expect(docs.filter((d) => d.kind === 'TriggerAuthentication')).toHaveLength(1);
     expect(docs.filter((d) => d.kind === 'HorizontalPodAutoscaler')).toHaveLength(1);
     expect(docs.map((d) => d.apiVersion).sort()).toEqual(['autoscaling/v2', 'keda.sh/v1alpha1', 'keda.sh/v1alpha1', 'keda.sh/v1alpha1']);
+  });
+
+  it("pass KEDA's CRD schemas and the HPA's, and the check catches what those schemas refuse", () => {
+    expect(schemaProblems(docs)).toEqual([]);
+    const scaled = docs.find((d) => d.kind === 'ScaledObject')!;
+    const numeric = JSON.parse(JSON.stringify(scaled)) as Doc;
+    ((numeric.spec as Doc).triggers as Doc[])[0].metadata = { url: 'http://x', targetValue: 10 };
+    const untargeted = { ...scaled, spec: { ...(scaled.spec as Doc), scaleTargetRef: undefined } };
+    expect(schemaProblems([numeric, untargeted])).toEqual([
+      expect.stringMatching(/targetValue must be string/),
+      expect.stringMatching(/required property 'scaleTargetRef'|required property scaleTargetRef/),
+    ]);
   });
 
   it("use only KEDA's field names, with string metadata, scale from zero at any backlog and stop at the partition count", () => {
