@@ -83,12 +83,16 @@ cmd_server() {
   local name binary dir
   name=${1:-}
   binary=$(server_binary "$name")
-  [[ -x $servers/$binary ]] || fail "$servers/$binary is missing (see ../shared/servers/README.md)"
+  [[ -f $servers/$binary ]] || fail "$servers/$binary is missing (see ../shared/servers/README.md)"
   dir="$cache/server-$name"
   mkdir -p "$dir"
-  # Started by these names, the binary behaves as redis-server or (by its name) as a sentinel.
-  ln -sfn "$(cd "$servers" && pwd)/$binary" "$dir/redis-server"
-  ln -sfn "$(cd "$servers" && pwd)/$binary" "$dir/redis-sentinel"
+  # A copy with its execute bit (the servers dir may come without it). Started by these names, the
+  # binary runs as redis-server, or as a sentinel when the name it was started by says so.
+  if ! cmp -s "$servers/$binary" "$dir/redis-server"; then
+    rm -f "$dir/redis-server"
+    install -m 755 "$servers/$binary" "$dir/redis-server"
+  fi
+  ln -sfn redis-server "$dir/redis-sentinel"
   "$dir/redis-server" --version >&2
   echo "$dir"
 }
