@@ -106,14 +106,20 @@ export class EventrailScripts {
 
   /**
    * Bars `workerIds` from taking (group, partition) for `ttlMs` (0 lifts the
-   * bars) and takes its lease back when one of them holds it; true when it
-   * did (barMembers-2.lua).
+   * bars) and takes its lease back when one of them holds it, or, with
+   * `able`, anyone not in `able`; true when it did (barMembers-2.lua).
    */
-  async barMembers({ group, partition, workerIds, ttlMs }: BarMembersInput): Promise<boolean> {
+  async barMembers({ group, partition, workerIds, ttlMs, able = [] }: BarMembersInput): Promise<boolean> {
     const { keys } = this;
-    return (
-      (await this.client.eventrailBarMembers(keys.lease(group, partition), keys.recovery(group, partition), ttlMs, ...workerIds)) === 1
+    const reply = await this.client.eventrailBarMembers(
+      keys.lease(group, partition),
+      keys.recovery(group, partition),
+      ttlMs,
+      workerIds.length,
+      ...workerIds,
+      ...able,
     );
+    return reply === 1;
   }
 
   // Recovery state (markDelivery-1, markFailure-1)
@@ -348,6 +354,8 @@ export interface BarMembersInput {
   workerIds: readonly string[];
   /** How long the bars hold (ms); 0 lifts them. */
   ttlMs: number;
+  /** The live members able to work the partition: a lease held by anyone else is taken back (not barred). */
+  able?: readonly string[];
 }
 
 export interface AcquireLeaseInput {

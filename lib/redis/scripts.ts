@@ -43,7 +43,7 @@ export interface EventrailCommands {
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
   eventrailMarkFailure(recovery: string, offset: string, nowMs: number): Promise<number>;
   eventrailRenewLease(lease: string, token: string, ttlMs: number): Promise<number>;
-  eventrailBarMembers(lease: string, recovery: string, ttlMs: number, ...workerIds: string[]): Promise<number>;
+  eventrailBarMembers(lease: string, recovery: string, ttlMs: number, count: number, ...workerIdsThenAble: string[]): Promise<number>;
   eventrailReleaseLease(lease: string, recovery: string, token: string, epoch: string): Promise<number>;
   eventrailHeartbeat(
     members: string,

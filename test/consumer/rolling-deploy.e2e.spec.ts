@@ -1,8 +1,10 @@
+import { hostname } from 'node:os';
 import { waitFor } from '../support/helpers';
-import { stopWorker, useRollingDeploy, V1, V2 } from './support/rolling-deploy.harness';
+import { EventrailPublisher, partitionForKey } from '../../lib';
+import { GROUP, PARTITIONS, stopWorker, useRollingDeploy, V1, V2 } from './support/rolling-deploy.harness';
 
 describe('a rolling deploy: members of one group with different handler sets', () => {
-  const { redis, prefix, keys, spawn, publish, caughtUp, handled } = useRollingDeploy();
+  const { redis, prefix, keys, app, spawn, publish, caughtUp, handled } = useRollingDeploy();
 
   it('handles all 40 refund.issued events while a v1 worker without that handler runs next to a v2 worker with it', async () => {
     const [v1, v2] = [spawn(V1), spawn(V2)];
@@ -64,9 +66,52 @@ describe('a rolling deploy: members of one group with different handler sets', (
     expect(new Set(await handled('refund.issued'))).toEqual(expect.objectContaining({ size: 40 }));
     expect(await handled('refund.issued')).toEqual(expect.arrayContaining(joined.refunds));
     expect(await handled('order.placed')).toEqual(expect.arrayContaining(joined.orders));
-    expect(v2.output.some((line) => line.includes('back from members that lack handlers'))).toBe(true);
+    expect(v2.output.some((line) => line.includes('back from workers that lack handlers'))).toBe(true);
     // v1 holds no partition while barred (it may have handled what it had read before the bar: at least once).
     const holders = await Promise.all([0, 1, 2, 3].map((p) => redis.get(keys().lease('billing', p))));
     expect(holders.filter((token) => token?.includes(`:${v1.child.pid}:`))).toEqual([]);
+  });
+
+  it('a v1 whose heartbeat lapsed behind a slow hand-back while it kept committing: v2 takes its partitions back, and no refund is skipped', async () => {
+    const tuning = {
+      lockTtlMs: 3_000,
+      heartbeatTtlMs: 2_000,
+      consumer: { concurrency: 4, shutdownTimeoutMs: 60_000 },
+      holdEvent: 'slow.job',
+    };
+    const withSlow = [...V1, 'slow.job'];
+    await redis.set(`${prefix()}:test:hold`, '1');
+    const v1a = spawn(withSlow, tuning);
+    const idA = await v1a.ready;
+    // Orders keep flowing, so v1a's commits keep the leases of the partitions it keeps alive.
+    let flowing = true;
+    const flow = (async () => {
+      for (let i = 0; flowing; i++) await publish(`flow-${i}`, 1);
+    })();
+    const v1b = spawn(withSlow, tuning);
+    // v1a keeps the half of the partitions its place among the sorted member ids prefers, and hands the other
+    // half to v1b: a slow job there makes the hand-back (and with it v1a's heartbeat) wait.
+    const place = [idA, `${hostname()}:${v1b.child.pid}:`].sort().indexOf(idA);
+    const kept = [place * 2, place * 2 + 1];
+    for (const p of [0, 1, 2, 3].filter((q) => !kept.includes(q))) {
+      let key = 'slow-0';
+      for (let i = 1; partitionForKey(key, PARTITIONS) !== p; i++) key = `slow-${i}`;
+      await app().get(EventrailPublisher).publish('slow.job', {}, { key });
+    }
+    await v1b.ready;
+    const lapsed = async (): Promise<boolean> => {
+      const [expiry, [seconds]] = await Promise.all([redis.zscore(keys().members(GROUP), idA), redis.time()]);
+      return expiry === null || Number(expiry) < Number(seconds) * 1000;
+    };
+    await waitFor(lapsed, 'v1a’s heartbeat lapsed while it hands partitions back', 60_000);
+    const v2 = spawn([...withSlow, 'refund.issued'], tuning);
+    await v2.ready;
+    const joined = await publish('joined', 40);
+    flowing = false;
+    await flow;
+    await redis.del(`${prefix()}:test:hold`);
+    await caughtUp('the slow jobs done');
+    expect(await handled('refund.issued')).toEqual(expect.arrayContaining(joined.refunds));
+    expect(await handled('order.placed')).toEqual(expect.arrayContaining(joined.orders));
   });
 });

@@ -97,6 +97,12 @@ describe.each([
     expect(await scripts.acquireLease({ ...base, workerId: 'host:2:b' })).not.toBeNull();
     await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000 });
     expect((await redis.hkeys(keys.recovery('b', 0))).filter((f) => f.startsWith('barred:'))).toEqual(['barred:host:4:d']);
+    // With the able members given, a lease held by anyone else is taken back too, without a bar.
+    expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000, able: ['host:2:b'] })).toBe(false);
+    expect(await redis.exists(keys.lease('b', 0))).toBe(1);
+    expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000, able: ['host:5:e'] })).toBe(true);
+    expect(await redis.exists(keys.lease('b', 0))).toBe(0);
+    expect(await redis.hexists(keys.recovery('b', 0), 'barred:host:2:b')).toBe(0);
   });
 
   it('resets an offset with a counted lag position', async () => {

@@ -24,10 +24,13 @@ export class MemberBars {
 
   /**
    * Bars every other member listed in `gaps` (member -> the wanted types it
-   * lacks) and lifts the bars of those no longer listed. Answers the
-   * partitions whose lease was taken back from a barred member.
+   * lacks) and lifts the bars of those no longer listed. While some member is
+   * barred, a lease held by a worker outside `able` (the live members that
+   * handle every wanted type) is taken back as well: a worker whose heartbeat
+   * lapsed while it kept committing (a long hand-back) is no live member, so
+   * nobody sees what it lacks. Answers the partitions whose lease was taken back.
    */
-  async update(gaps: Record<string, readonly string[]>): Promise<number[]> {
+  async update(gaps: Record<string, readonly string[]>, able: readonly string[] = []): Promise<number[]> {
     const lacking = Object.keys(gaps)
       .filter((id) => id !== this.self)
       .sort();
@@ -39,10 +42,21 @@ export class MemberBars {
     const taken = await Promise.all(
       partitions.map(async (partition) => {
         if (lifted.length > 0) await scripts.barMembers({ group, partition, workerIds: lifted, ttlMs: 0 });
-        return lacking.length > 0 && scripts.barMembers({ group, partition, workerIds: lacking, ttlMs: this.ttlMs });
+        return lacking.length > 0 && scripts.barMembers({ group, partition, workerIds: lacking, ttlMs: this.ttlMs, able });
       }),
     );
     this.barred = lacking;
     return partitions.filter((_, i) => taken[i]);
+  }
+
+  /**
+   * Lifts this member's bars as it leaves, when it was the only live member
+   * able to work: the ones it barred may be able once it is gone. While
+   * another able member stays, the bars stay (they are the same fields, which
+   * that member renews).
+   */
+  async leave(able: readonly string[]): Promise<void> {
+    if (able.some((id) => id !== this.self)) return;
+    await this.update({});
   }
 }

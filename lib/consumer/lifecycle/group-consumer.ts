@@ -142,8 +142,7 @@ export class GroupConsumer {
     await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
     if (!this.redis.isReady()) return; // membership expires on its own
     try {
-      // Lifted now, not when they run out: once this member is gone, the ones it barred may be able again.
-      await this.bars.update({});
+      await this.bars.leave(this.membership.wants.able);
       await this.membership.leave();
       await this.announce(this.name);
     } catch (error) {
@@ -262,9 +261,10 @@ export class GroupConsumer {
    */
   private async barLacking(): Promise<void> {
     try {
-      const taken = await this.bars.update(this.membership.wants.gaps);
+      const { gaps, able } = this.membership.wants;
+      const taken = await this.bars.update(gaps, able);
       if (taken.length === 0) return;
-      const msg = `Group "${this.name}": took partitions ${taken.join(', ')} back from members that lack handlers its live members want`;
+      const msg = `Group "${this.name}": took partitions ${taken.join(', ')} back from workers that lack handlers its live members want (or are no live member)`;
       this.logger.log(logRecord(msg, { group: this.name, partitions: taken }));
     } catch (error) {
       const msg = `Group "${this.name}": could not bar members that lack wanted handlers (${describeError(error)}); trying again next tick`;

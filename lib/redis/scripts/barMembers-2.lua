@@ -16,19 +16,27 @@
   KEYS[2] recovery hash
 
   ARGV[1] how long the bars hold (ms); 0 lifts them
-  ARGV[2..] worker ids to bar
+  ARGV[2] n, how many worker ids to bar (or lift) follow
+  ARGV[3..2+n] worker ids to bar (or lift)
+  ARGV[3+n..] when given: the live members able to work the partition. A
+          lease held by anyone else is taken back too: a worker that is not
+          a live member (its heartbeat lapsed while it kept committing, as
+          during a long hand-back) may lack wanted types as well, unseen.
+          It is not barred: it learns what it lacks at its next heartbeat,
+          which comes before its next acquire.
 
-  Returns 1 when the lease was taken back from a barred worker, else 0.
-  Taking it back records the epoch as released: the barred worker did not
-  crash, so the next owner counts no delivery.
+  Returns 1 when the lease was taken back, else 0. Taking it back records the
+  epoch as released: the holder did not crash, so the next owner counts no
+  delivery.
 ]]
 local rcall = redis.call
 local time = rcall("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[1])
 
+local n = tonumber(ARGV[2])
 local barred = {}
-for i = 2, #ARGV do
+for i = 3, 2 + n do
   local field = "barred:" .. ARGV[i]
   if ttl > 0 then
     rcall("HSET", KEYS[2], field, now + ttl)
@@ -36,6 +44,11 @@ for i = 2, #ARGV do
   else
     rcall("HDEL", KEYS[2], field)
   end
+end
+local able = nil
+if #ARGV > 2 + n then
+  able = {}
+  for i = 3 + n, #ARGV do able[ARGV[i]] = true end
 end
 
 -- Bars that ran out (of members long gone) are forgotten here, so the hash stays small.
@@ -49,7 +62,7 @@ end
 local token = rcall("GET", KEYS[1])
 if token then
   local holder, epoch = string.match(token, "^(.*):(%d+)$")
-  if holder and barred[holder] then
+  if holder and (barred[holder] or (able and not able[holder])) then
     rcall("HSET", KEYS[2], "released", epoch)
     rcall("DEL", KEYS[1])
     return 1

@@ -16,7 +16,8 @@ export const V2 = ['order.placed', 'refund.issued'];
 export interface Worker {
   child: ChildProcess;
   output: string[];
-  ready: Promise<void>;
+  /** Resolves with its worker id once its group runs. */
+  ready: Promise<string>;
 }
 
 /** How one worker differs from the others (see versioned-worker.ts). */
@@ -25,10 +26,14 @@ export interface WorkerTuning {
   heartbeatTtlMs?: number;
   /** Ignores the rebalance signal: learns of other members only at its ticks. */
   deaf?: boolean;
+  /** More consumer options. */
+  consumer?: Record<string, unknown>;
+  /** Its handler of this event waits while `<prefix>:test:hold` exists. */
+  holdEvent?: string;
 }
 
 /** A worker process of one version: its group handles `events`. */
-function startWorker(prefix: string, events: string[], { lockTtlMs, heartbeatTtlMs, deaf }: WorkerTuning): Worker {
+function startWorker(prefix: string, events: string[], { lockTtlMs, heartbeatTtlMs, deaf, consumer, holdEvent }: WorkerTuning): Worker {
   const child = spawnTypeScript('test/consumer/support/versioned-worker.ts', {
     env: {
       VERSIONED_PREFIX: prefix,
@@ -39,12 +44,14 @@ function startWorker(prefix: string, events: string[], { lockTtlMs, heartbeatTtl
       ...(heartbeatTtlMs === undefined ? {} : { VERSIONED_HEARTBEAT_TTL_MS: String(heartbeatTtlMs) }),
       ...(lockTtlMs === undefined ? {} : { VERSIONED_LOCK_TTL_MS: String(lockTtlMs) }),
       ...(deaf ? { VERSIONED_DEAF: '1' } : {}),
+      ...(consumer ? { VERSIONED_CONSUMER: JSON.stringify(consumer) } : {}),
+      ...(holdEvent ? { VERSIONED_HOLD_EVENT: holdEvent } : {}),
     },
   });
   const output: string[] = [];
   for (const stream of [child.stdout, child.stderr]) if (stream) createInterface({ input: stream }).on('line', (line) => output.push(line));
-  const ready = new Promise<void>((resolve, reject) => {
-    child.once('message', () => resolve());
+  const ready = new Promise<string>((resolve, reject) => {
+    child.once('message', (message: { workerId: string }) => resolve(message.workerId));
     child.once('exit', (code, signal) => reject(new Error(`worker exited before ready (${code ?? signal}): ${output.join('\n')}`)));
   });
   return { child, output, ready };
@@ -125,6 +132,7 @@ export function useRollingDeploy(heartbeatTtlMs?: number) {
     redis,
     prefix: (): string => prefix,
     keys: (): EventrailKeys => keys,
+    app: (): INestApplicationContext => app,
     spawn,
     publish,
     caughtUp,

@@ -9,6 +9,8 @@
  * `VERSIONED_LOCK_TTL_MS` and `VERSIONED_HEARTBEAT_TTL_MS` set its TTLs; with
  * `VERSIONED_DEAF=1` it ignores the rebalance signal, as when its pub/sub
  * connection lost the message, and learns of others only at its ticks.
+ * `VERSIONED_CONSUMER` (JSON) adds consumer options; the handler of
+ * `VERSIONED_HOLD_EVENT` waits while `<prefix>:test:hold` exists.
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
@@ -24,7 +26,13 @@ const EVENTS = required('VERSIONED_EVENTS').split(',').filter(Boolean);
 
 const records = new Redis(REDIS_URL);
 
+const HOLD_EVENT = process.env.VERSIONED_HOLD_EVENT;
+
 async function record(message: EventrailMessage): Promise<void> {
+  // Fault injection: a handler that takes as long as the test wants.
+  while (message.event === HOLD_EVENT && (await records.exists(`${PREFIX}:test:hold`)) === 1) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   await records
     .multi()
     .rpush(`${PREFIX}:test:handled:${message.event}`, message.id)
@@ -57,6 +65,7 @@ function handlerFor(event: string): new () => unknown {
       consumer: {
         lockTtlMs: Number(process.env.VERSIONED_LOCK_TTL_MS ?? 1_500),
         heartbeatTtlMs: Number(process.env.VERSIONED_HEARTBEAT_TTL_MS ?? 1_500),
+        ...JSON.parse(process.env.VERSIONED_CONSUMER ?? '{}'),
       },
     }),
   ],
