@@ -66,7 +66,8 @@ describe('e2e: a message that crashes its worker every time', () => {
     await waitFor(
       async () => (await redis.xlen(world.keys.deadLetters(GROUPS.loop))) > 0,
       () => `the poison to be dead-lettered; ${sup.crashes.length} crashes so far\n${sup.describe()}`,
-      30_000,
+      // maxDeliveries + 1 worker starts, each a process start (8 s and more on a loaded host).
+      90_000,
     );
     const deadLetteredMs = Date.now() - began;
     await world.committedTo(0, published[published.length - 1].offset, 'the backlog');
@@ -112,7 +113,7 @@ describe('e2e: a message that crashes its worker every time', () => {
       ...range(BEFORE + AFTER + 2, BEFORE + AFTER + 1 + LATER),
     ]);
     expect(committed).toBe(last);
-  }, 90_000);
+  }, 150_000);
 
   /**
    * Two partitions in one worker: the poison loops in partition 0 while
@@ -131,7 +132,8 @@ describe('e2e: a message that crashes its worker every time', () => {
     await waitFor(
       async () => (await redis.xlen(world.keys.deadLetters(GROUPS.loop))) > 0,
       () => `the poison to be dead-lettered; ${sup.crashes.length} crashes so far\n${sup.describe()}`,
-      30_000,
+      // maxDeliveries + 1 worker starts, each a process start (8 s and more on a loaded host).
+      90_000,
     );
     const crashes = sup.crashes.length;
     await waitFor(
@@ -157,7 +159,7 @@ describe('e2e: a message that crashes its worker every time', () => {
     expect([...new Set(seqs)].sort((a, b) => a - b)).toEqual([1, 2]);
     expect(sup.crashes.length).toBe(crashes);
     expect(sup.unexpectedExits).toEqual([]);
-  }, 60_000);
+  }, 150_000);
 
   /** A publisher app and a one-slot supervisor (not started) on a prefix of their own. */
   async function start(partitions: number): Promise<World> {
