@@ -19,7 +19,7 @@ import { spawnTypeScript } from '../support/child-processes';
 import { chaosWorkerEnv, EVENTS, GROUPS } from './support/chaos-protocol';
 import { WantSampler } from './want-sampler';
 
-const READY_TIMEOUT_MS = 60_000;
+const READY_TIMEOUT_MS = 120_000;
 /** The chaos worker, started directly (outside the supervisor's slots) as the older version of a rolling deploy. */
 const OLDER_WORKER_FILE = 'test/faults/support/chaos-worker.ts';
 const DRAIN_TIMEOUT_MS = 60_000;
