@@ -1,7 +1,8 @@
 import type { EventrailAdmin } from '../admin/eventrail-admin';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
-import { groupLag, type GroupLag } from './group-lag';
+import type { GroupStatus } from '../admin/admin.types';
+import { groupLag, isRegistered, type GroupLag } from './group-lag';
 
 /** Every group's lag at one moment, as the scaling endpoint and the CLI print it. */
 export interface LagReport {
@@ -23,24 +24,27 @@ export class GroupLagReader {
   /**
    * Lag of `groups`, or of every registered group when left out. A listed
    * group that never registered (no worker ever ran) is left out rather than
-   * failing the others: it appears once its first worker started.
+   * failing the others: it appears once its first worker started. A group
+   * deleted while it was read is left out too (see `isRegistered`).
    */
   async read(groups?: readonly string[]): Promise<GroupLag[]> {
-    if (groups === undefined) return (await this.admin.groups()).map(groupLag);
+    if (groups === undefined) return (await this.admin.groups()).filter(isRegistered).map(groupLag);
     const read = await Promise.all(
       groups.map((name) =>
-        this.admin.group(name).then(groupLag, (error: unknown) => {
+        this.admin.group(name).then(registered, (error: unknown) => {
           if (error instanceof UnknownGroupError) return null;
           throw error;
         }),
       ),
     );
-    return read.filter((lag): lag is GroupLag => lag !== null);
+    return read.filter((status): status is GroupStatus => status !== null).map(groupLag);
   }
 
-  /** One group's lag; `UnknownGroupError` when it never registered. */
+  /** One group's lag; `UnknownGroupError` when it never registered (or was deleted while it was read). */
   async group(name: string): Promise<GroupLag> {
-    return groupLag(await this.admin.group(name));
+    const status = await this.admin.group(name);
+    if (!isRegistered(status)) throw new UnknownGroupError(name);
+    return groupLag(status);
   }
 
   /** `read`, keyed by group name and stamped with the time. */
@@ -48,6 +52,10 @@ export class GroupLagReader {
     const lags = await this.read(groups);
     return { time: new Date().toISOString(), groups: Object.fromEntries(lags.map((lag) => [lag.group, lag])) };
   }
+}
+
+function registered(status: GroupStatus): GroupStatus | null {
+  return isRegistered(status) ? status : null;
 }
 
 /** Checks a list of group names given as an option (`option` names it in the error); undefined stays undefined (every group). */

@@ -38,6 +38,19 @@ export function parkedIn(partition: PartitionStatus & { parked?: number }): numb
   return partition.parked ?? 0;
 }
 
+/**
+ * Whether a status read found the group registered: its event types (written
+ * when its first worker starts) or a live member. A group deleted while it
+ * was read, or a name left in the registry with nothing behind it, has
+ * neither; its partitions then read as never consumed, and every entry of the
+ * log would show as phantom lag. The event types are read after the offsets
+ * on the same connection, and a delete removes them first, so a status that
+ * still has them read its offsets before the delete began.
+ */
+export function isRegistered(status: GroupStatus): boolean {
+  return status.events.length > 0 || status.members.length > 0;
+}
+
 /** A group's status, reduced to what scaling needs. */
 export function groupLag(status: GroupStatus): GroupLag {
   let lag = 0;

@@ -1,5 +1,5 @@
 import type { GroupStatus, PartitionStatus } from '../../lib';
-import { groupLag, parkedIn } from '../../lib/metrics/group-lag';
+import { groupLag, isRegistered, parkedIn } from '../../lib/metrics/group-lag';
 
 const partition = (p: number, lag: number, extra: Partial<PartitionStatus> & { parked?: number } = {}): PartitionStatus => ({
   partition: p,
@@ -54,5 +54,13 @@ describe('groupLag', () => {
 
   it('says when a count stopped at its cap, so the lag is a lower bound', () => {
     expect(groupLag(status([partition(0, 10_000, { lagCapped: true }), partition(1, 1)])).lagCapped).toBe(true);
+  });
+});
+
+describe('isRegistered', () => {
+  it('holds for a group with event types or a live member, and not for a name with nothing behind it', () => {
+    expect(isRegistered(status([partition(0, 0)]))).toBe(true);
+    expect(isRegistered({ ...status([partition(0, 0)], 1), events: [] })).toBe(true);
+    expect(isRegistered({ ...status([partition(0, 51, { committed: null })]), events: [] })).toBe(false);
   });
 });
