@@ -6,3 +6,5 @@ export type { EventrailLagMetricsAsyncOptions } from './metrics/eventrail-lag-me
 export { registerLagMetrics } from './metrics/lag.prometheus';
 export type { LagMetrics } from './metrics/lag.prometheus';
 export type { LagMetricsOptions } from './metrics/lag-metrics.options';
+export { LagMetricsClashError } from './metrics/lag-metrics-clash.error';
+export { LagReadTimeoutError } from './metrics/lag-read-timeout.error';

@@ -18,19 +18,30 @@ export interface LagMetricsOptions {
    * @default 0
    */
   refreshMs?: number;
+  /**
+   * How long a read of Redis may take. Past it the scrape fails (and, with
+   * `refreshMs`, the last read is dropped) rather than hang or repeat a number
+   * that stopped moving; no further read is sent while that one is unanswered.
+   * @default 5000
+   */
+  timeoutMs?: number;
 }
 
-export const LAG_METRICS_OPTION_NAMES = optionNames<LagMetricsOptions>()(['registry', 'prefix', 'groups', 'refreshMs']);
+export const LAG_METRICS_OPTION_NAMES = optionNames<LagMetricsOptions>()(['registry', 'prefix', 'groups', 'refreshMs', 'timeoutMs']);
 
 export interface ResolvedLagMetricsOptions {
   registry?: Registry;
   prefix: string;
   groups: readonly string[] | undefined;
   refreshMs: number;
+  timeoutMs: number;
 }
 
 /** A day: a longer schedule is a mistake (the gauges would say nothing useful). */
 const MAX_REFRESH_MS = 24 * 60 * 60 * 1000;
+/** Ten minutes: a scraper gives up long before that. */
+const MAX_TIMEOUT_MS = 10 * 60 * 1000;
+export const DEFAULT_LAG_TIMEOUT_MS = 5000;
 const METRIC_PREFIX = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 
 /** Checks the options once, at registration; defaults applied here and nowhere else. */
@@ -46,5 +57,6 @@ export function resolveLagMetricsOptions(options: LagMetricsOptions = {}): Resol
     prefix,
     groups: checkGroupList('lagMetrics.groups', options.groups),
     refreshMs: optionalInteger('lagMetrics.refreshMs', options.refreshMs, 0, MAX_REFRESH_MS) ?? 0,
+    timeoutMs: optionalInteger('lagMetrics.timeoutMs', options.timeoutMs, 1, MAX_TIMEOUT_MS) ?? DEFAULT_LAG_TIMEOUT_MS,
   };
 }

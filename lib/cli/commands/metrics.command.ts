@@ -2,17 +2,18 @@ import type { Command } from 'commander';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { once } from 'node:events';
 import { HttpException } from '@nestjs/common';
-import type { EventrailAdmin } from '../../admin/eventrail-admin';
 import { notLocalReason } from '../../dashboard/dashboard-caller';
 import { MissingPeerDependencyError } from '../../errors/missing-peer-dependency.error';
 import { UnknownGroupError } from '../../errors/unknown-group.error';
 import { GroupLagReader } from '../../metrics/group-lag.reader';
+import { LagReadGate } from '../../metrics/lag-read.gate';
+import { DEFAULT_LAG_TIMEOUT_MS } from '../../metrics/lag-metrics.options';
 import type * as LagPrometheus from '../../metrics/lag.prometheus';
 import { BearerToken } from '../../util/bearer-token';
 import { describeError } from '../../util/describe-error';
 import { importOptionalPeer } from '../../util/optional-peer';
 import { CliUsageError } from '../errors/cli-usage.error';
-import { parseNonNegative } from '../runtime/argument.parser';
+import { parseCount, parseNonNegative } from '../runtime/argument.parser';
 import type { CliRunner } from '../runtime/cli.runner';
 import { examples } from '../runtime/help.text';
 import { formatList } from '../runtime/value.format';
@@ -26,6 +27,7 @@ interface MetricsFlags {
   host: string;
   group?: string[];
   refreshMs: number;
+  timeoutMs: number;
 }
 
 export function registerMetricsCommand(program: Command, runner: CliRunner): void {
@@ -42,6 +44,12 @@ export function registerMetricsCommand(program: Command, runner: CliRunner): voi
       'read Redis on this schedule and answer scrapes from the latest read (0: read at each scrape)',
       parseNonNegative,
       0,
+    )
+    .option(
+      '--timeout-ms <ms>',
+      'longest wait for Redis per read: past it a request answers 503, and no read is queued behind an unanswered one',
+      parseCount,
+      DEFAULT_LAG_TIMEOUT_MS,
     )
     .addHelpText(
       'after',
@@ -67,10 +75,16 @@ export function registerMetricsCommand(program: Command, runner: CliRunner): voi
         const session = await ctx.open();
         const registry = new Registry();
         const groups = flags.group ? [...new Set(flags.group)] : undefined;
-        const metrics = registerLagMetrics(session.admin, { registry, groups, refreshMs: flags.refreshMs });
-        const server = createServer((request, response) => {
-          void serve(request, response, { admin: session.admin, registry, groups, token: BearerToken.of(token) });
-        });
+        const { refreshMs, timeoutMs } = flags;
+        const metrics = registerLagMetrics(session.admin, { registry, groups, refreshMs, timeoutMs });
+        const served: Served = {
+          reader: new GroupLagReader(session.admin),
+          gate: new LagReadGate(timeoutMs),
+          registry,
+          groups,
+          token: BearerToken.of(token),
+        };
+        const server = createServer((request, response) => void serve(request, response, served));
         let stop = (): void => undefined;
         const stopping = new Promise<void>((resolve) => (stop = resolve));
         process.once('SIGINT', stop);
@@ -96,13 +110,15 @@ export function registerMetricsCommand(program: Command, runner: CliRunner): voi
 }
 
 interface Served {
-  admin: EventrailAdmin;
+  reader: GroupLagReader;
+  /** Bounds the JSON routes' reads as the gauges' own gate bounds theirs. */
+  gate: LagReadGate;
   registry: { metrics(): Promise<string>; contentType: string };
   groups: readonly string[] | undefined;
   token: BearerToken | null;
 }
 
-async function serve(request: IncomingMessage, response: ServerResponse, { admin, registry, groups, token }: Served): Promise<void> {
+async function serve(request: IncomingMessage, response: ServerResponse, { reader, gate, registry, groups, token }: Served): Promise<void> {
   try {
     if (request.method !== 'GET' && request.method !== 'HEAD') return send(response, 405, { error: 'Only GET is served' });
     if (token === null) {
@@ -117,18 +133,19 @@ async function serve(request: IncomingMessage, response: ServerResponse, { admin
       response.writeHead(200, { 'content-type': registry.contentType });
       return void response.end(text);
     }
-    const reader = new GroupLagReader(admin);
-    if (path === '/lag') return send(response, 200, await reader.report(groups));
+    if (path === '/lag') return send(response, 200, await gate.run('report', () => reader.report(groups)));
     const group = /^\/lag\/([^/]+)$/.exec(path)?.[1];
     if (group !== undefined) {
-      const name = decodeURIComponent(group);
+      const name = decodeName(group);
+      if (name === null) return send(response, 400, { error: `Not a percent-encoded group name: ${JSON.stringify(group)}` });
       if (groups && !groups.includes(name)) return send(response, 404, { error: `Group "${name}" is not exported here (--group)` });
-      return send(response, 200, await reader.group(name));
+      return send(response, 200, await gate.run(`group:${name}`, () => reader.group(name)));
     }
     send(response, 404, { error: 'Not found: /metrics, /lag or /lag/<group>' });
   } catch (error) {
     if (error instanceof HttpException) return send(response, error.getStatus(), { error: error.message });
     if (error instanceof UnknownGroupError) return send(response, 404, { error: error.message });
+    // Redis down, or slower than --timeout-ms (LagReadTimeoutError): no number rather than a stale one.
     send(response, 503, { error: `Reading the lag failed: ${describeError(error)}` });
   }
 }
@@ -136,6 +153,15 @@ async function serve(request: IncomingMessage, response: ServerResponse, { admin
 function send(response: ServerResponse, status: number, body: unknown): void {
   response.writeHead(status, { 'content-type': 'application/json; charset=utf-8' });
   response.end(JSON.stringify(body));
+}
+
+/** The group name in a path, or null when its percent-encoding is broken (`%E0`): the caller's mistake, not Redis's. */
+function decodeName(segment: string): string | null {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return null;
+  }
 }
 
 function hostForUrl(host: string): string {
