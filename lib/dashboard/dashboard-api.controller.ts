@@ -1,10 +1,26 @@
-import { Body, Delete, Get, HttpCode, Inject, Injectable, NotFoundException, Options, Param, Post, Query } from '@nestjs/common';
+import {
+  Body,
+  Delete,
+  Get,
+  HttpCode,
+  Inject,
+  Injectable,
+  NotFoundException,
+  Options,
+  Param,
+  Post,
+  Query,
+  ServiceUnavailableException,
+} from '@nestjs/common';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import type { DashboardOverview, GroupStatus, LogEntry, LogPage } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../wire/dead-letter.codec';
 import type { GroupLag } from '../metrics/group-lag';
 import { GroupLagReader, type LagReport } from '../metrics/group-lag.reader';
+import { DEFAULT_LAG_TIMEOUT_MS } from '../metrics/lag-metrics.options';
+import { LagReadGate } from '../metrics/lag-read.gate';
+import { LagReadTimeoutError } from '../metrics/lag-read-timeout.error';
 import { DASHBOARD_OPTIONS } from './dashboard.constants';
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { fromParam, integerParam, listParam, optionalString, replayTarget } from './dashboard-query';
@@ -21,6 +37,9 @@ const RECENT_ERRORS = 10;
  */
 @Injectable()
 export class DashboardApiController {
+  /** A scaler polls these routes: bounded like the exporter's, so a frozen Redis answers 503 instead of holding requests. */
+  private readonly lagReads = new LagReadGate(DEFAULT_LAG_TIMEOUT_MS);
+
   constructor(
     private readonly admin: EventrailAdmin,
     @Inject(DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
@@ -90,13 +109,22 @@ export class DashboardApiController {
   /** Every group's lag, read from Redis with or without workers: what a scaler (KEDA's `metrics-api`) polls. */
   @Get('lag')
   lag(): Promise<LagReport> {
-    return new GroupLagReader(this.admin).report();
+    return this.boundedLag('report', (reader) => reader.report());
   }
 
   /** One group's lag as a flat object, so a scaler's value path is just `lag` (or `usefulWorkers`). */
   @Get('lag/:group')
   groupLag(@Param('group') group: string): Promise<GroupLag> {
-    return new GroupLagReader(this.admin).group(group);
+    return this.boundedLag(`group:${group}`, (reader) => reader.group(group));
+  }
+
+  private async boundedLag<T>(key: string, read: (reader: GroupLagReader) => Promise<T>): Promise<T> {
+    try {
+      return await this.lagReads.run(key, () => read(new GroupLagReader(this.admin)));
+    } catch (error) {
+      if (error instanceof LagReadTimeoutError) throw new ServiceUnavailableException(error.message);
+      throw error;
+    }
   }
 
   @Get('log')

@@ -13,6 +13,7 @@ import {
   OnEvent,
 } from '../../lib';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { startRedisServer } from '../support/redis-server';
 import { createRemoteNamespace, netnsUnavailable, RemoteNamespace } from '../dashboard/remote-namespace';
 
 // The scaling endpoint in the dashboard's API: the JSON that KEDA's metrics-api scaler reads with a value
@@ -50,9 +51,12 @@ describe.each(['express', 'fastify'] as const)('the lag endpoint, on %s', (platf
   });
   afterAll(() => redis.disconnect());
 
-  async function start(dashboard: EventrailDashboardOptions, { handlers = false, host = '127.0.0.1' } = {}): Promise<string> {
+  async function start(
+    dashboard: EventrailDashboardOptions,
+    { handlers = false, host = '127.0.0.1', redisUrl = testRedisUrl() } = {},
+  ): Promise<string> {
     @Module({
-      imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix, partitions: 3 }), EventrailDashboardModule.register(dashboard)],
+      imports: [EventrailModule.forRoot({ redis: redisUrl, prefix, partitions: 3 }), EventrailDashboardModule.register(dashboard)],
       providers: handlers ? [Billing] : [],
     })
     class AppModule {}
@@ -104,6 +108,30 @@ describe.each(['express', 'fastify'] as const)('the lag endpoint, on %s', (platf
     expect(Number.isNaN(Date.parse(all.time))).toBe(false);
     expect((await get('/lag/nobody')).status).toBe(404);
   });
+
+  it('answers 503 within its bound while Redis is frozen (SIGSTOP), and 400 to a broken group path', async () => {
+    const server = await startRedisServer();
+    try {
+      const url = await start({ auth: false }, { redisUrl: server.url });
+      expect((await fetch(`${url}/lag/%E0`)).status).toBe(400);
+      expect((await fetch(`${url}/lag`)).status).toBe(200);
+      process.kill(server.pid, 'SIGSTOP');
+      const answers: Array<[status: number, ms: number]> = [];
+      for (const path of ['/lag/billing', '/lag', '/lag/billing']) {
+        const started = performance.now();
+        const response = await fetch(`${url}${path}`, { signal: AbortSignal.timeout(15_000) });
+        answers.push([response.status, Math.round(performance.now() - started)]);
+      }
+      console.log(`${platform}, Redis frozen: ${answers.map(([status, ms]) => `${status} in ${ms} ms`).join(', ')}`);
+      expect(answers.map(([status]) => status)).toEqual([503, 503, 503]);
+      expect(answers[0][1]).toBeLessThan(5000 + 2000);
+      expect(answers[1][1]).toBeLessThan(1000);
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
+      for (const app of apps.splice(0)) await app.close();
+      await server.stop();
+    }
+  }, 30_000);
 
   it('needs the configured token, and with only a generated one answers this machine alone', async () => {
     await billingWithoutWorkers();
