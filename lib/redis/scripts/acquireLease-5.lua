@@ -6,15 +6,13 @@
 
   Also tells whether the previous holder released the lease cleanly: if not
   (it crashed, froze or lost Redis), the new owner recovers carefully and
-  counts deliveries (see markDelivery-1.lua). The recovery hash's "holder"
-  field names the worker that took the lease last: when that is the caller,
-  it lost the lease without dying, and nothing is counted.
+  counts deliveries (see markDelivery-1.lua).
 
   KEYS[1] lease key
   KEYS[2] epoch counter key
   KEYS[3] committed offset key
   KEYS[4] partition stream key
-  KEYS[5] recovery hash (released, at, deliveries, generation, holder)
+  KEYS[5] recovery hash (released, at, deliveries, generation)
 
   ARGV[1] worker id
   ARGV[2] lease TTL (ms)
@@ -93,14 +91,10 @@ if not storedPosition(KEYS[5], offset) then
 end
 
 -- After a drop, nothing of the last holder's work is kept: nothing to recover.
--- A lease lost by this same worker (a stall, a network blip past its TTL)
--- is no crash either: the worker is here, asking again.
 local recovering = 0
-local lastHolder = rcall("HGET", KEYS[5], "holder")
-if previous and not dropped and rcall("HGET", KEYS[5], "released") ~= previous and lastHolder ~= ARGV[1] then
+if previous and not dropped and rcall("HGET", KEYS[5], "released") ~= previous then
   recovering = 1
 end
-rcall("HSET", KEYS[5], "holder", ARGV[1])
 if dropped then
   rcall("HSET", KEYS[5], "generation", generation)
   recovering = 2
