@@ -9,25 +9,26 @@
  * Until the first reply, the local clock stands in.
  */
 export class RedisClock {
-  private offsetMs = 0;
+  /** Redis's clock minus this process's monotonic clock (`performance.now()`), as last observed. */
+  private base?: number;
 
-  /** Records a `TIME` reply (`redisMs`) to a command sent at `sentAt` and answered at `receivedAt` (local ms). */
+  /**
+   * Records a `TIME` reply (`redisMs`) to a command sent at `sentAt` and
+   * answered at `receivedAt` (both `performance.now()`). Kept against the
+   * monotonic clock, so a step of this host's wall clock (NTP, a VM resumed)
+   * between two heartbeats does not move it.
+   */
   observe(redisMs: number, sentAt: number, receivedAt: number): void {
-    this.offsetMs = redisMs - Math.round((sentAt + receivedAt) / 2);
+    this.base = redisMs - (sentAt + receivedAt) / 2;
   }
 
-  /** Now on the Redis clock, ms. */
+  /** Now on the Redis clock, ms (the local wall clock until the first reply). */
   now(): number {
-    return Date.now() + this.offsetMs;
+    return this.base === undefined ? Date.now() : Math.round(performance.now() + this.base);
   }
 
-  /** A local time (ms) on the Redis clock. */
-  fromLocal(localMs: number): number {
-    return localMs + this.offsetMs;
-  }
-
-  /** A Redis-clock time (ms) on the local clock. */
+  /** A Redis-clock time (ms) on this host's wall clock, as it reads now. */
   toLocal(redisMs: number): number {
-    return redisMs - this.offsetMs;
+    return redisMs - (this.now() - Date.now());
   }
 }

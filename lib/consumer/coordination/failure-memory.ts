@@ -18,7 +18,7 @@ export class FailureMemory {
     try {
       // Stored on Redis's clock, so workers on hosts with skewed clocks agree on the age.
       const { clock } = this.redis;
-      const since = await this.redis.scripts.markFailure({ group: this.group, partition, offset, nowMs: clock.fromLocal(now.getTime()) });
+      const since = await this.redis.scripts.markFailure({ group: this.group, partition, offset, nowMs: clock.now() });
       // A time from the future (an older worker wrote its own clock, ahead of Redis's) counts from now instead.
       return new Date(Math.min(clock.toLocal(since), now.getTime()));
     } catch {

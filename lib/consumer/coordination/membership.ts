@@ -128,9 +128,9 @@ export class GroupMembership {
 
   /** Reads the Redis clock and teaches it to this process's `RedisClock` (see there). */
   private async readClock(): Promise<number> {
-    const sentAt = Date.now();
+    const sentAt = performance.now();
     const now = await readRedisClock(this.redis.client);
-    this.redis.clock.observe(now, sentAt, Date.now());
+    this.redis.clock.observe(now, sentAt, performance.now());
     return now;
   }
 

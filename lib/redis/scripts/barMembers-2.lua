@@ -25,9 +25,10 @@
           It is not barred: it learns what it lacks at its next heartbeat,
           which comes before its next acquire.
 
-  Returns 1 when the lease was taken back, else 0. Taking it back records the
-  epoch as released: the holder did not crash, so the next owner counts no
-  delivery.
+  Returns 1 when the lease was taken back, else 0. Taking it back from a
+  barred member records the epoch as released: that member is live, it did
+  not crash, so the next owner counts no delivery. One taken back from a
+  worker that is no live member is not: it may have crashed.
 ]]
 local rcall = redis.call
 local time = rcall("TIME")
@@ -62,8 +63,14 @@ end
 local token = rcall("GET", KEYS[1])
 if token then
   local holder, epoch = string.match(token, "^(.*):(%d+)$")
-  if holder and (barred[holder] or (able and not able[holder])) then
+  if holder and barred[holder] then
     rcall("HSET", KEYS[2], "released", epoch)
+    rcall("DEL", KEYS[1])
+    return 1
+  end
+  if holder and able and not able[holder] then
+    -- Not marked released: the holder may have crashed (its heartbeat lapsed), so the next owner
+    -- recovers and counts deliveries, as after a lease that expired.
     rcall("DEL", KEYS[1])
     return 1
   end
