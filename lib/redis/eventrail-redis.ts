@@ -67,7 +67,10 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     } else {
       // A few retries per command while reconnecting, instead of ioredis's 20: a
       // publish during an outage should fail in seconds, not hang.
-      const base = { maxRetriesPerRequest: 3 };
+      // No CLIENT SETINFO on connect: an ACL user given eventrail's rules may not run it (Redis 7.0 has no
+      // such subcommand to grant), and on Redis 7.2+ and Valkey every connection then leaves a denial in
+      // ACL LOG. A user's own `disableClientInfo: false` still wins.
+      const base = { maxRetriesPerRequest: 3, disableClientInfo: true };
       const client = createClient(redis, base);
       // ioredis emits 'error' on every failed reconnect; log it once per outage instead of crashing.
       let reported = false;

@@ -71,6 +71,9 @@ export class ServerProbe {
 /** An ACL denial or a command the server does not have (renamed, disabled by the provider). */
 export function isRefusal(message: string): boolean {
   // A denial inside MULTI arrives as `EXECABORT Transaction discarded because of: NOPERM ...`; one inside a
-  // Lua script, on Redis 7.0, as `ERR The user executing the script can't run this command or subcommand ...`.
-  return /^(?:EXECABORT .*: )?(?:NOPERM|ERR unknown (?:sub)?command|ERR The user executing the script can't run)/i.test(message);
+  // Lua script, on Redis 7.0, as `ERR The user executing the script can't run this command or subcommand ...`,
+  // on Redis 7.2+ and Valkey as `ERR ACL failure in script: ...`.
+  return /^(?:EXECABORT .*: )?(?:NOPERM|ERR unknown (?:sub)?command|ERR The user executing the script can't run|ERR ACL failure in script)/i.test(
+    message,
+  );
 }

@@ -120,7 +120,7 @@ describe('Permissions (ACL)', () => {
     await root.xadd(`${prefix}:group:{mailer}:dlq`, '*', 'event', 'order.placed', 'data', '{"n":8}');
     await expect(admin.purgeDeadLetters('mailer')).rejects.toThrow(RedisPermissionError);
     await expect(admin.resetOffsets('mailer', 'start', { force: true })).rejects.toThrow(
-      /Redis refused to reset offsets: (NOPERM|ERR The user executing the script can't run)/,
+      /Redis refused to reset offsets: (NOPERM|ERR The user executing the script can't run|ERR ACL failure in script)/,
     );
     await expect(admin.deleteGroup('mailer', { force: true })).rejects.toThrow(RedisPermissionError);
     const refusedPublish = app.get(EventrailPublisher).publish('order.placed', { n: 99 });
@@ -145,7 +145,9 @@ describe('Permissions (ACL)', () => {
       expect({ code: status.code, stderr: status.stderr }).toEqual({ code: 0, stderr: '' });
       const reset = await runCli(['offsets', 'reset', 'mailer', '--to-end', '--force', '--yes'], env);
       expect(reset.code).toBe(1);
-      expect(reset.stderr).toMatch(/Redis refused to reset offsets: (NOPERM|ERR The user executing the script can't run)/);
+      expect(reset.stderr).toMatch(
+        /Redis refused to reset offsets: (NOPERM|ERR The user executing the script can't run|ERR ACL failure in script)/,
+      );
     });
   });
 });
