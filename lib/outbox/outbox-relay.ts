@@ -40,6 +40,12 @@ interface Batch {
 
 /** Bound on how long shutdown waits for the batch in hand before it closes the session anyway. */
 const STOP_TIMEOUT_MS = 10_000;
+/** PostgreSQL's SQLSTATE for an index row too large for a btree page, among other limits. */
+const PROGRAM_LIMIT_EXCEEDED = '54000';
+/** What an unread row's log line shows of its event id: the publisher takes ids of up to 200 characters. */
+const UNREAD_EVENT_ID_CHARS = 200;
+/** An unread row's key is kept for the held keys up to the bytes of the longest key the publisher takes (1024 characters). */
+const UNREAD_KEY_BYTES = 4096;
 
 /**
  * Appends committed outbox rows to the log, then deletes them.
@@ -86,6 +92,15 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    */
   private held = new Map<string, bigint>();
   private heldReadAt = 0;
+  /**
+   * Refused rows whose key is too long for the failed-rows index (btree takes about 2700 bytes, the
+   * publisher up to 4 KiB), by id, with their key: they cannot be marked, so this relay holds them. Reads
+   * leave them out until the next read of the held keys, which keeps their keys held while they exist
+   * and then lets them be judged again (a fix needs no mark to clear; a delete releases the key).
+   */
+  private readonly unmarked = new Map<string, string | null>();
+  /** Ids of unmarked rows already logged and counted, so judging one again is silent. */
+  private readonly unmarkedReported = new Set<string>();
 
   constructor(
     @Inject(EVENTRAIL_OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -226,7 +241,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
         await this.fail(
           session,
           row,
-          `its data and headers are ${String(row.bytes)} bytes, over the ${this.rowReadBytes()} the relay reads of one row (the larger of relay.maxBatchBytes and maxPayloadBytes, at most ${MAX_ROW_READ_BYTES}): not read`,
+          `its columns are ${String(row.bytes)} bytes, over the ${this.rowReadBytes()} the relay reads of one row (the larger of relay.maxBatchBytes and maxPayloadBytes, at most ${MAX_ROW_READ_BYTES}): not read`,
         );
         continue;
       }
@@ -266,6 +281,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       return 'redis-down';
     }
     this.appended.push(...kept.map((row) => String(row.id)));
+    for (const row of kept) this.unmarkedReported.delete(String(row.id));
     // A fixed failed row went: its key's held rows may go now, right behind it.
     const released =
       this.held.size > 0 && kept.some((row) => row.key !== null && this.held.get(row.key as string) === BigInt(row.id as string));
@@ -286,8 +302,10 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    * statement's own delete (one snapshot), so it leaves those ids out itself.
    *
    * Bounded by bytes as well as rows: `octet_length` gives a stored value's length without fetching it,
-   * and `data` and `headers` are returned only for the rows that fit in `relay.maxBatchBytes` (the
-   * first always), and for no row over the one-row bound: that one comes back `unread`, to be failed.
+   * of every column that can be large, and `data` and `headers` are returned only for the rows that fit
+   * in `relay.maxBatchBytes` (the first always), and for no row over the one-row bound: that one comes
+   * back `unread`, to be failed, with only as much of its event id and key as the log line and the held
+   * keys need (a key longer than the publisher takes is left out: no published row can share it).
    * A key held behind a failed row is left out with the in-memory list of held keys, so the read never
    * looks up failed rows per row, and is the plain index scan in `id` order while no key is held.
    */
@@ -306,9 +324,10 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const sql = `with ${deleting.length > 0 ? `gone as (delete from ${table} where id = any(${$(deleting)}::bigint[])),` : ''}
       c as (
         select id, event_id, event, key, partition, data, headers,
-          octet_length(data)::bigint + coalesce(octet_length(headers), 0) as bytes
+          octet_length(data)::bigint + coalesce(octet_length(headers), 0) + octet_length(event) + octet_length(event_id)
+            + coalesce(octet_length(key), 0) as bytes
         from ${table} r
-        where failed is null and id <> all(${$([...deleting, ...inFlight, ...this.deleting])}::bigint[])
+        where failed is null and id <> all(${$([...deleting, ...inFlight, ...this.deleting, ...this.unmarked.keys()])}::bigint[])
           and (log = ${$(this.eventrail.prefix)} or log is null)
           ${
             // A held key's failed row id, looked up in the array by position: no subquery per row.
@@ -323,7 +342,10 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
         select s.*, row_number() over (order by id) as n, count(*) over () as candidates,
           sum(case when unread then 0 else bytes end) over (order by id) as running
         from s)
-      select id, event_id, event, key, partition, bytes, unread, candidates,
+      select id, partition, bytes, unread, candidates,
+        case when unread then left(event_id, ${$(UNREAD_EVENT_ID_CHARS)}) else event_id end as event_id,
+        case when unread then null else event end as event,
+        case when unread and octet_length(key) > ${$(UNREAD_KEY_BYTES)} then null else key end as key,
         case when unread then null else data end as data, case when unread then null else headers end as headers
       from w where n = 1 or running <= ${$(maxBatchBytes)}
       order by id`;
@@ -343,13 +365,22 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     return Math.min(Math.max(this.options.relay.maxBatchBytes, this.eventrail.maxPayloadBytes), MAX_ROW_READ_BYTES);
   }
 
-  /** Replaces the held keys with the table's: the failed rows of this log (the partial index on failed rows finds them). */
+  /**
+   * Replaces the held keys with the table's: the failed rows of this log (the partial index on failed
+   * rows finds them), and the unmarked rows that still exist (by primary key). The unmarked rows are
+   * then read again, to be appended if fixed or refused again.
+   */
   private async readHeldKeys(session: RelaySession): Promise<void> {
+    const table = qualified(this.options.outboxTable);
     const rows = await session.query(
-      `select key, min(id)::text as id from ${qualified(this.options.outboxTable)}
-       where failed is not null and key is not null and (log = $1 or log is null) group by key`,
-      [this.eventrail.prefix],
+      `select key, min(id)::text as id from (
+         select key, id from ${table} where failed is not null and key is not null and (log = $1 or log is null)
+         union all
+         select key, id from ${table} where id = any($2::bigint[]) and failed is null and octet_length(key) <= ${UNREAD_KEY_BYTES}
+       ) f group by key`,
+      [this.eventrail.prefix, [...this.unmarked.keys()]],
     );
+    this.unmarked.clear();
     this.held = new Map(rows.map((row) => [row.key as string, BigInt(row.id as string)]));
     this.heldReadAt = Date.now();
   }
@@ -423,13 +454,30 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       key === null
         ? ''
         : `; the later rows of key ${JSON.stringify(key)} wait behind it until it is fixed (update ${outboxTable} set data = '...', failed = null where id = ${id}) or deleted (delete from ${outboxTable} where id = ${id})`;
-    this.logger.error(`Outbox row ${id} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}${held}`);
-    await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, id]);
+    const judgedBefore = this.unmarkedReported.has(id);
+    if (!judgedBefore)
+      this.logger.error(`Outbox row ${id} (event ${String(row.event_id)}) of ${outboxTable} cannot be appended: ${reason}${held}`);
+    try {
+      await session.query(`update ${qualified(outboxTable)} set failed = $1 where id = $2`, [reason, id]);
+      this.unmarkedReported.delete(id);
+    } catch (error) {
+      // The mark would put the key in the failed-rows index, and the key is too long for it: hold the row
+      // here instead, so one row cannot end every session that meets it. (An unread row's key over what
+      // the publisher takes comes back null: no published row shares it, so nothing is held behind it.)
+      if ((error as { code?: unknown }).code !== PROGRAM_LIMIT_EXCEEDED) throw error;
+      this.unmarked.set(id, key);
+      if (!judgedBefore) {
+        this.logger.error(
+          `Outbox row ${id} of ${outboxTable} cannot be marked failed (${describeError(error)}): it stays unmarked and is held by the active relay, judged again every relay.pollIntervalMs; fix it (update ${outboxTable} set data = '...' where id = ${id}) or delete it`,
+        );
+      }
+      this.unmarkedReported.add(id);
+    }
     if (key !== null) {
       const earlier = this.held.get(key);
       if (earlier === undefined || BigInt(id) < earlier) this.held.set(key, BigInt(id));
     }
-    this.counters.failedRows++;
+    if (!judgedBefore) this.counters.failedRows++;
   }
 
   /** Depth and age for `metrics.onOutboxStatus`, at most every `relay.pollIntervalMs` and only when the hook is set. */
