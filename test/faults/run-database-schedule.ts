@@ -29,7 +29,7 @@ import { OffsetSampler } from './offset-sampler';
 const WORKER_FILE = join(__dirname, 'support', 'inbox-worker.ts');
 /** Generous: on a loaded host a worker (swc, Nest, the outbox schema) takes tens of seconds to start. */
 const READY_TIMEOUT_MS = 120_000;
-/** Parked keys come back through the delay tiers (2, 4, 8 s...): a drain after a restart can take a while. */
+/** After a restart, handles fail and retry (backoff up to 200 ms, for up to maxRetryAgeMs) while the database comes back, and workers restart: a drain can take a while. */
 const DRAIN_TIMEOUT_MS = 90_000;
 /** How long a kill waits for its slot's worker to be ready, and a terminate-handler for a transaction to hit. */
 const WORKER_WAIT_MS = 20_000;
