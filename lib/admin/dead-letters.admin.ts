@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { AdminView } from './admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { RedisFullError } from '../errors/redis-full.error';
 import { isMalformed } from '../wire/codec';
 import { DeadLetter, decodeDeadLetter, originalEntry } from '../wire/dead-letter.codec';
 import { redeliver, Redelivery } from '../redelivery/redelivery';
@@ -124,11 +125,13 @@ export class DeadLetterAdmin {
     }
   }
 
-  /** Deletes every dead letter of a group; returns how many there were. */
+  /**
+   * Deletes every dead letter of a group; returns how many there were. One
+   * script, not MULTI/EXEC: a full Redis refuses every command queued in a
+   * MULTI, and a purge is how memory is freed then.
+   */
   async purge(group: string): Promise<number> {
-    const key = this.redis.keys.deadLetters(group);
-    const replies = await this.redis.client.multi().xlen(key).del(key).exec();
-    return Number(replies?.[0]?.[1] ?? 0);
+    return this.redis.scripts.purgeDeadLetters({ group });
   }
 
   private async fetch(group: string, ids: readonly string[]): Promise<Array<[string, string[]]>> {
@@ -156,7 +159,8 @@ export class DeadLetterAdmin {
     for (const [id] of page) claiming.set(keys.replayClaim(group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
     const claims = (await claiming.exec()) ?? [];
     const refused = claims.find(([error]) => error);
-    if (refused) throw refused[0];
+    // A full Redis refuses the claims (and would refuse the appends): nothing is replayed.
+    if (refused) throw RedisFullError.from('replay dead letters', refused[0]);
     const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
     if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters, this.options.tracing);

@@ -272,7 +272,7 @@ export class EventrailScripts {
     return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
   }
 
-  // Locks (releaseLock-1, and renewLease-1 for the retention lock)
+  // Locks (releaseLock-1, takeLock-1, and renewLease-1 for the retention lock)
 
   /** Extends the retention lock while it holds `token`; false when it no longer does (renewLease-1.lua). */
   async extendRetentionLock({ token, ttlMs }: { token: string; ttlMs: number }): Promise<boolean> {
@@ -284,12 +284,21 @@ export class EventrailScripts {
     await this.client.eventrailReleaseLock(this.keys.retentionLock(), token);
   }
 
+  /**
+   * Takes the retention lock with `token` on a Redis over maxmemory, which
+   * refuses the plain `SET NX PX` (takeLock-1.lua declares allow-oom; Redis
+   * 7.0+): true when taken, false when another instance holds it.
+   */
+  async takeRetentionLockWhenFull({ token, ttlMs }: { token: string; ttlMs: number }): Promise<boolean> {
+    return (await this.client.eventrailTakeLock(this.keys.retentionLock(), token, ttlMs)) === 1;
+  }
+
   /** Queues on `pipeline` the release of `group`'s replay claim on dead letter `id`, if it still holds `token` (releaseLock-1.lua). */
   queueReleaseReplayClaim(pipeline: ChainableCommander, { group, id, token }: { group: string; id: string; token: string }): void {
     (pipeline as EventrailPipeline).eventrailReleaseLock(this.keys.replayClaim(group, id), token);
   }
 
-  // Retention (trimLog-2)
+  // Retention (trimLog-2, markArchived-1)
 
   /**
    * Trims `partition`'s stream below `minId` unless that would pass its
@@ -306,6 +315,18 @@ export class EventrailScripts {
       sinkId,
       allowUnarchived ? '1' : '0',
     );
+  }
+
+  /** Records `partition`'s archive mark for `sinkId` on a Redis over maxmemory, which refuses the plain `HSET` (markArchived-1.lua). */
+  async markArchivedWhenFull({ partition, sinkId, lastId }: { partition: number; sinkId: string; lastId: string }): Promise<void> {
+    await this.client.eventrailMarkArchived(this.keys.archived(partition), sinkId, lastId);
+  }
+
+  // Dead letters (purgeStream-1)
+
+  /** Deletes `group`'s dead letters and answers how many there were, in one atomic step that runs on a full Redis too (purgeStream-1.lua). */
+  purgeDeadLetters({ group }: { group: string }): Promise<number> {
+    return this.client.eventrailPurgeStream(this.keys.deadLetters(group));
   }
 
   // Reads on a connection of the caller's (a worker's blocking connection)

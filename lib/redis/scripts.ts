@@ -91,6 +91,12 @@ export interface EventrailCommands {
    */
   eventrailAppendManyDedup(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<[string[], number[], string?]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
+  /** `SET NX PX` on a Redis over maxmemory (takeLock-1.lua, flag allow-oom): 1 taken, 0 held already. */
+  eventrailTakeLock(lock: string, token: string, ttlMs: number): Promise<number>;
+  /** `HSET` of an archive mark on a Redis over maxmemory (markArchived-1.lua, flag allow-oom). */
+  eventrailMarkArchived(archiveMarks: string, sinkId: string, lastId: string): Promise<number>;
+  /** Deletes a stream and answers how many entries it held, on a full Redis too (purgeStream-1.lua). */
+  eventrailPurgeStream(stream: string): Promise<number>;
   eventrailTrimLog(
     stream: string,
     archiveMarks: string,
@@ -128,7 +134,10 @@ const SCRIPTS = [
   'markDelivery-1',
   'markFailure-1',
   'releaseLock-1',
+  'takeLock-1',
   'trimLog-2',
+  'markArchived-1',
+  'purgeStream-1',
 ];
 const REGISTERED = Symbol.for('eventrail.scripts');
 

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, On
 import { ModuleRef } from '@nestjs/core';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { RedisFullError } from '../errors/redis-full.error';
 import { GroupFactsReader } from '../admin/group-facts.reader';
 import type { RetentionOperations } from '../admin/admin.types';
 import { EventrailRedis } from '../redis/eventrail-redis';
@@ -97,6 +98,8 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
     this.inFlight = run;
     try {
       return await run;
+    } catch (error) {
+      throw RedisFullError.from('run retention', error);
     } finally {
       if (this.inFlight === run) this.inFlight = undefined;
     }
@@ -111,7 +114,10 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
   async restoreArchive(group: string, source: ArchiveSource, { onProgress }: { onProgress?: ProgressListener } = {}): Promise<number> {
     const restorer = this.restorer();
     await this.facts.assertExists(group);
-    return restorer.restore(group, source, onProgress);
+    // Appending needs memory: a full Redis refuses it (an archive object stops the restore at it).
+    return restorer.restore(group, source, onProgress).catch((error: unknown) => {
+      throw RedisFullError.from('restore an archive', error);
+    });
   }
 
   /** Archive objects written for this log, optionally of one partition, by partition and id. */

@@ -3,7 +3,8 @@ import type { EventrailRedis } from '../redis/eventrail-redis';
 import { archiveName, encodeArchive } from './archive/archive-file';
 import type { ArchiveSink } from './archive/archive-sink';
 import { GroupFacts, GroupFactsReader, isStale } from '../admin/group-facts.reader';
-import type { RetentionLock } from './retention-lock';
+import { OLD_REDIS_HINT, type RetentionLock } from './retention-lock';
+import { RedisFullError } from '../errors/redis-full.error';
 import { RETENTION_DEFAULTS, ResolvedRetentionOptions } from './retention.options';
 import type { ArchivedRange, PartitionRetentionResult, ProgressListener, RetentionRunResult } from '../admin/operations.types';
 import { nextStreamId } from '../wire/stream-id';
@@ -210,13 +211,28 @@ export class RetentionCycle {
       const lastId = entries[entries.length - 1][0];
       const name = archiveName(keys.prefix, partition, firstId, lastId);
       await sink.put(name, await encodeArchive(partition, entries));
-      await client.hset(keys.archived(partition), sink.id, lastId);
+      await this.markArchived(partition, sink.id, lastId);
       archived.push({ name, partition, firstId, lastId, count: entries.length });
       this.logger.debug(`Retention: partition ${partition}: archived ${entries.length} entries to ${name}`);
       if (entries.length < limit) return archived;
       if (!(await lock.extend())) throw new Error('the retention lock expired while archiving');
       start = `(${lastId}`;
     }
+  }
+
+  /**
+   * Records how far `sinkId` has archived `partition`. A full Redis refuses
+   * the `HSET`; the mark is what lets the trim that frees memory run
+   * (trimLog-2.lua), so it is written then by a script that may write anyway.
+   */
+  private async markArchived(partition: number, sinkId: string, lastId: string): Promise<void> {
+    const { client, keys, scripts } = this.redis;
+    await client.hset(keys.archived(partition), sinkId, lastId).catch((error: unknown) => {
+      if (!RedisFullError.isOutOfMemory(error)) throw error;
+      return scripts.markArchivedWhenFull({ partition, sinkId, lastId }).catch((refused: unknown) => {
+        throw new RedisFullError('record an archive mark', describeError(refused), OLD_REDIS_HINT);
+      });
+    });
   }
 
   private async trimDeadLetters(groups: string[]): Promise<Array<{ group: string; trimmed: number }>> {

@@ -1,6 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { RedisFullError } from '../errors/redis-full.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
+import { describeError } from '../util/describe-error';
+
+/** Where the lock script is refused too: Redis before 7.0 has no script flags (allow-oom), the rest is by hand. */
+export const OLD_REDIS_HINT =
+  "Redis before 7.0 cannot do that on a full Redis: free memory by hand (XTRIM of a partition's log with MINID below every " +
+  'live group\'s committed offset, DEL of dead-letter streams) or raise maxmemory for one cycle; see "Redis full or down" in ' +
+  'docs/operations/runbook.md';
 
 /**
  * The fleet-wide retention lock: `SET NX PX` with a fresh token per cycle,
@@ -17,12 +25,25 @@ export class RetentionLock {
     private readonly ttlMs: number,
   ) {}
 
-  /** True when this instance now holds the lock. */
+  /**
+   * True when this instance now holds the lock. On a Redis over maxmemory,
+   * which refuses the `SET`, the lock is taken by a script that may write
+   * anyway (Redis 7.0+): a cycle frees memory, so it must run on a full
+   * Redis. Where that script cannot run either, `RedisFullError` says so.
+   */
   async acquire(): Promise<boolean> {
     const token = `${hostname()}:${process.pid}:${randomBytes(6).toString('hex')}`;
-    const reply = await this.redis.client.set(this.redis.keys.retentionLock(), token, 'PX', this.ttlMs, 'NX');
-    this.token = reply === 'OK' ? token : undefined;
-    return this.token !== undefined;
+    const taken = await this.redis.client.set(this.redis.keys.retentionLock(), token, 'PX', this.ttlMs, 'NX').then(
+      (reply) => reply === 'OK',
+      (error: unknown) => {
+        if (!RedisFullError.isOutOfMemory(error)) throw error;
+        return this.redis.scripts.takeRetentionLockWhenFull({ token, ttlMs: this.ttlMs }).catch((refused: unknown) => {
+          throw new RedisFullError('take the retention lock', describeError(refused), OLD_REDIS_HINT);
+        });
+      },
+    );
+    this.token = taken ? token : undefined;
+    return taken;
   }
 
   /** Extends the lock; false when it expired and another instance may hold it now. */

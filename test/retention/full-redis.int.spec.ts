@@ -1,0 +1,188 @@
+import { INestApplicationContext } from '@nestjs/common';
+import Redis from 'ioredis';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EventrailAdmin, EventrailPublisher, RedisFullError, RetentionOptions } from '../../lib';
+import { EventrailKeys } from '../../lib/redis/keys';
+import { createApp } from '../support/app';
+import { uniquePrefix } from '../support/helpers';
+import { assertBuilt, cliEnv, outcome, parseJson, runCli } from '../cli/cli.harness';
+import { RedisServer, startRedisServer } from '../support/redis-server';
+
+const OOM = /^OOM command not allowed/;
+
+/**
+ * A redis-server of the test's own, filled past its `maxmemory` (noeviction,
+ * the policy eventrail requires), so it refuses every command that may grow
+ * memory: what frees memory must still run, what cannot must say so.
+ */
+describe('a full Redis: retention and dead-letter purges free memory, the rest says it is full', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let prefix: string;
+  let keys: EventrailKeys;
+  let apps: INestApplicationContext[] = [];
+  let dir: string;
+
+  const start = async (retention: Partial<RetentionOptions>): Promise<INestApplicationContext> => {
+    const app = await createApp({ redis: server.url, prefix, partitions: 2, retention: { enabled: false, ...retention } });
+    apps.push(app);
+    return app;
+  };
+  const usedMemory = async (): Promise<number> => Number(/^used_memory:(\d+)/m.exec(await redis.info('memory'))?.[1]);
+  /** Appends `count` events of about 1 KiB to both partitions. */
+  const fillLog = async (app: INestApplicationContext, count: number): Promise<void> => {
+    const publisher = app.get(EventrailPublisher);
+    for (let i = 0; i < count; i += 200) {
+      await publisher.publishMany(
+        Array.from({ length: 200 }, (_, j) => ({ event: 'filler', data: { n: i + j, pad: 'x'.repeat(1024) }, key: `k${i + j}` })),
+      );
+    }
+  };
+  /** A registered group with `count` dead letters of about 1 KiB, as a dead-letter sink writes them. */
+  const fillDeadLetters = async (group: string, count: number): Promise<void> => {
+    await redis.sadd(keys.groups, group);
+    const pipeline = redis.pipeline();
+    for (let i = 0; i < count; i++)
+      pipeline.xadd(keys.deadLetters(group), '*', 'event', 'filler', 'data', 'x'.repeat(1024), 'error', 'boom');
+    await pipeline.exec();
+  };
+  /** Sets maxmemory below what Redis uses now, and checks that a plain write is refused. */
+  const makeFull = async (): Promise<void> => {
+    await redis.config('SET', 'maxmemory', String((await usedMemory()) - 128 * 1024));
+    await expect(redis.set(`${prefix}:probe`, '1')).rejects.toThrow(OOM);
+  };
+  const isFull = async (): Promise<boolean> =>
+    redis.set(`${prefix}:probe`, '1').then(
+      () => false,
+      (error: Error) => OOM.test(error.message),
+    );
+
+  beforeAll(async () => {
+    server = await startRedisServer(undefined, ['--maxmemory-policy', 'noeviction']);
+    redis = new Redis(server.url);
+  });
+  beforeEach(async () => {
+    prefix = uniquePrefix('full');
+    keys = new EventrailKeys(prefix, 2);
+    dir = await mkdtemp(join(tmpdir(), 'eventrail-full-'));
+  });
+  afterEach(async () => {
+    await redis.config('SET', 'maxmemory', '0');
+    await Promise.all(apps.map((a) => a.close()));
+    apps = [];
+    // The server is this suite's own.
+    await redis.flushall();
+    await rm(dir, { recursive: true, force: true });
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await server.stop();
+  });
+
+  it('runs a retention cycle (lock, trim, dead-letter trim) and frees the memory', async () => {
+    const app = await start({ maxLen: 0, deadLetterMaxLen: 10, approximate: false });
+    await fillLog(app, 2000);
+    await fillDeadLetters('billing', 200);
+    await makeFull();
+
+    const result = await app.get(EventrailAdmin).runRetention();
+
+    expect(result.ran).toBe(true);
+    expect(result.partitions.map((p) => p.error)).toEqual([undefined, undefined]);
+    expect(result.partitions.reduce((sum, p) => sum + p.trimmed, 0)).toBe(2000);
+    expect(result.deadLetters).toEqual([{ group: 'billing', trimmed: 190 }]);
+    expect(await redis.exists(keys.retentionLock())).toBe(0);
+    expect(await isFull()).toBe(false);
+  });
+
+  it('archives before trimming on a full Redis, marks included', async () => {
+    const app = await start({ maxLen: 0, approximate: false, archive: { driver: 'fs', dir, maxEntriesPerObject: 500 } });
+    await fillLog(app, 2000);
+    await makeFull();
+
+    const result = await app.get(EventrailAdmin).runRetention();
+
+    expect(result.partitions.map((p) => p.error)).toEqual([undefined, undefined]);
+    const archived = result.partitions.flatMap((p) => p.archived);
+    expect(archived.reduce((sum, o) => sum + o.count, 0)).toBe(2000);
+    expect(result.partitions.reduce((sum, p) => sum + p.trimmed, 0)).toBe(2000);
+    for (const p of result.partitions) {
+      expect(await redis.hget(keys.archived(p.partition), `fs:${dir}`)).toBe(p.archived[p.archived.length - 1].lastId);
+    }
+    expect((await readdir(dir, { recursive: true })).filter((name) => name.endsWith('.jsonl.gz'))).toHaveLength(archived.length);
+    expect(await isFull()).toBe(false);
+  });
+
+  it('purges dead letters and frees the memory', async () => {
+    const app = await start({});
+    await fillDeadLetters('billing', 3000);
+    await makeFull();
+
+    expect(await app.get(EventrailAdmin).purgeDeadLetters('billing')).toBe(3000);
+
+    expect(await redis.exists(keys.deadLetters('billing'))).toBe(0);
+    expect(await isFull()).toBe(false);
+  });
+
+  it('prunes a stale group with its dead letters', async () => {
+    const app = await start({});
+    await fillDeadLetters('gone', 3000);
+    await redis.set(keys.seen('gone'), String(Date.now() - 60_000));
+    await makeFull();
+
+    expect(await app.get(EventrailAdmin).pruneStaleGroups({ staleMs: 1000 })).toEqual(['gone']);
+
+    expect(await redis.exists(keys.deadLetters('gone'))).toBe(0);
+    expect(await redis.sismember(keys.groups, 'gone')).toBe(0);
+    expect(await isFull()).toBe(false);
+  });
+
+  it('CLI: eventrail retention run and eventrail dlq purge work on a full Redis', async () => {
+    assertBuilt();
+    const app = await start({});
+    await fillLog(app, 2000);
+    await fillDeadLetters('billing', 1000);
+    await makeFull();
+    const env = cliEnv(prefix, { EVENTRAIL_REDIS_URL: server.url });
+
+    const purge = await runCli(['dlq', 'purge', 'billing', '--yes', '--json'], env);
+    expect(outcome(purge)).toEqual({ code: 0, stderr: '' });
+    expect(parseJson(purge)).toEqual({ group: 'billing', purged: 1000 });
+    await makeFull();
+    const run = await runCli(['retention', 'run', '--max-len', '0', '--yes', '--json'], env);
+    expect(outcome(run)).toEqual({ code: 0, stderr: '' });
+    const result = parseJson<{ ran: boolean; partitions: Array<{ trimmed: number }> }>(run);
+    expect(result.ran).toBe(true);
+    expect(result.partitions.reduce((sum, p) => sum + p.trimmed, 0)).toBeGreaterThan(0);
+    expect(await isFull()).toBe(false);
+  });
+
+  it('CLI: what needs memory exits 1 with the RedisFullError message', async () => {
+    assertBuilt();
+    await start({});
+    await fillDeadLetters('billing', 3000);
+    await makeFull();
+
+    const replay = await runCli(['dlq', 'replay', 'billing', '--all'], cliEnv(prefix, { EVENTRAIL_REDIS_URL: server.url }));
+
+    expect(replay.code).toBe(1);
+    expect(replay.stderr).toMatch(/Redis is full \(used memory over maxmemory\) and refused to replay dead letters/);
+    expect(await redis.xlen(keys.deadLetters('billing'))).toBe(3000);
+  });
+
+  it('refuses what needs memory with RedisFullError, naming the operation, and changes nothing', async () => {
+    const app = await start({});
+    await fillDeadLetters('billing', 3000);
+    await makeFull();
+    const admin = app.get(EventrailAdmin);
+
+    const refusal = await admin.replayDeadLetters('billing', 'all').catch((error: unknown) => error);
+
+    expect(refusal).toBeInstanceOf(RedisFullError);
+    expect(refusal).toMatchObject({ operation: 'replay dead letters', reply: expect.stringMatching(OOM) });
+    expect((refusal as Error).message).toMatch(/maxmemory/);
+    expect(await redis.xlen(keys.deadLetters('billing'))).toBe(3000);
+  });
+});
