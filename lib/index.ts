@@ -111,6 +111,7 @@ export { MissingPeerDependencyError } from './errors/missing-peer-dependency.err
 export { NonRetryableError } from './errors/non-retryable.error';
 export { PartitionMismatchError } from './errors/partition-mismatch.error';
 export { PayloadTooLargeError } from './errors/payload-too-large.error';
+export { PublishManyError, type PublishOutcome } from './errors/publish-many.error';
 export { RedisFullError } from './errors/redis-full.error';
 export { RedisPermissionError } from './errors/redis-permission.error';
 export { RedisTlsError } from './errors/redis-tls.error';

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import type { Durability } from '../redis/connection.options';
@@ -10,6 +11,7 @@ import { ReplicationTimeoutError } from '../errors/replication-timeout.error';
 import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.error';
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
+import { PublishManyError, type PublishOutcome } from '../errors/publish-many.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
@@ -18,6 +20,7 @@ import { validateEventName, validateHeaders, validateJsonData } from '../events/
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
+import { AppendRefused, outcomeOf } from './append-outcome';
 import { CallOrder, orderLane } from './call-order';
 import { corkedWrite } from '../redis/corked-write';
 import { isRefusal } from '../redis/server-probe';
@@ -83,6 +86,13 @@ const STREAMED_RUN_EVENTS = 128;
 /** About the most field characters in one appendMany call (a call is one command: Redis buffers it whole). */
 const RUN_BYTES = 4 * 1024 * 1024;
 const MAX_KEY_LENGTH = 1024;
+/**
+ * How long the run guard of a `publishMany` may outlive it (ms): it is
+ * deleted by the partition's last run, and left only when the connection
+ * drops between two runs. A guard that expired before a later run of its
+ * call arrived holds that run back (reported not appended): never a gap.
+ */
+const RUN_GUARD_TTL_MS = 300_000;
 
 interface Prepared {
   partition: number;
@@ -211,7 +221,7 @@ export class EventrailPublisher {
     const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
     if (prepared.length === 0) return [];
     this.assertReady();
-    return this.send(prepared, replicated);
+    return this.send(prepared, replicated, true);
   }
 
   /**
@@ -222,13 +232,15 @@ export class EventrailPublisher {
     return { partition: this.prepare(event, data, options, Date.now()).partition };
   }
 
-  private async send(prepared: Prepared[], replicated: boolean): Promise<PublishResult[]> {
+  /** Appends `prepared` (a `publish` that cannot be coalesced, or a `publishMany`: `many`) and answers one result per event. */
+  private async send(prepared: Prepared[], replicated: boolean, many = false): Promise<PublishResult[]> {
     // Appends queued by earlier `publish` calls go first: a later call must not overtake them.
     this.appends.flush();
     let sent: { replies: AppendReply[]; confirmed: number };
     try {
       sent = await this.append(prepared, replicated, true);
     } catch (error) {
+      if (many) throw new PublishManyError(new Array<PublishOutcome>(prepared.length).fill('unknown'), new Array(prepared.length), error);
       throw new RedisUnavailableError(
         `publish of ${prepared.length} event(s) failed after it was sent: they may or may not have been appended`,
         error,
@@ -239,12 +251,24 @@ export class EventrailPublisher {
     let appended = 0;
     for (let i = 0; i < prepared.length; i++) {
       const [error, reply] = sent.replies[i] ?? [new Error('no reply'), null];
-      if (error) failed ??= error;
-      else appended++;
+      if (error) {
+        // The cause is the first refusal itself, not a later run the guard held back because of it.
+        if (!failed || (failed instanceof AppendRefused && failed.heldBack && !(error instanceof AppendRefused && error.heldBack)))
+          failed = error;
+        continue;
+      }
+      appended++;
       const { id, partition, dedup } = prepared[i];
       if (dedup && Array.isArray(reply))
         results[i] = { id: id as string, partition, offset: reply[0] as string, duplicate: reply[1] === 1 };
       else results[i] = { id: id ?? this.derivedId(partition, reply as string), partition, offset: reply as string };
+    }
+    if (failed && many) {
+      const outcomes = prepared.map((_, i): PublishOutcome => {
+        const error = sent.replies[i]?.[0];
+        return error ? outcomeOf(error) : 'appended';
+      });
+      throw new PublishManyError(outcomes, results, failed);
     }
     if (failed) {
       throw new RedisUnavailableError(`${prepared.length - appended} of ${prepared.length} event(s) were not appended`, failed);
@@ -342,6 +366,14 @@ export class EventrailPublisher {
    * hold at most `STREAMED_RUN_EVENTS` and each leaves at once, so Redis
    * starts on it while the next is built; single appends leave with what
    * follows them.
+   *
+   * A partition that takes more than one run gets them all as guarded
+   * appendManyDedup calls (a window of 0 for events without ids): Redis
+   * counts a command's own arguments against `maxmemory`, so it can refuse a
+   * big run and take the small one after it, and the guard makes each run
+   * land only when the runs before it did. What lands is then a prefix of
+   * what was sent to the partition. A partition of one run, the common case,
+   * is sent as before and costs nothing more.
    */
   private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
     const most = sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS;
@@ -352,29 +384,45 @@ export class EventrailPublisher {
       else byPartition.set(prepared[i].partition, [i]);
     }
     const { scripts } = this.redis;
+    const windowMs = this.options.dedupWindowMs;
     for (const [partition, indexes] of byPartition) {
       let run: number[] = [];
       let deduped = false;
       let ids: string[] = [];
       let args: Array<string | number> = [];
       let bytes = 0;
-      const flush = (): void => {
-        if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
-        else if (run.length > 1 && !deduped) sent.push(this.settleRun(replies, run, scripts.appendMany(partition, args)));
-        else if (run.length > 1) {
-          const call = scripts.appendManyDedup({ partition, ids, windowMs: this.options.dedupWindowMs, events: args });
-          sent.push(this.settleDedupRun(replies, run, call));
+      let runsBefore = 0;
+      let call: string | undefined;
+      const flush = (more: boolean): void => {
+        if (run.length === 0) return;
+        if (runsBefore === 0 && !more) {
+          if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
+          else if (!deduped) sent.push(this.settleRun(replies, run, scripts.appendMany(partition, args)));
+          else sent.push(this.settleDedupRun(replies, run, scripts.appendManyDedup({ partition, ids, windowMs, events: args }), true));
+        } else {
+          call ??= nextCallId();
+          const guard = { call, runsBefore, more, ttlMs: RUN_GUARD_TTL_MS };
+          const append = scripts.appendManyDedup({
+            partition,
+            ids: deduped ? ids : [],
+            windowMs: deduped ? windowMs : 0,
+            events: args,
+            guard,
+          });
+          sent.push(this.settleDedupRun(replies, run, append, deduped));
         }
-        if (run.length > 1) sendNow?.();
+        if (run.length > 1 || runsBefore > 0 || more) sendNow?.();
+        runsBefore++;
         run = [];
         ids = [];
         args = [];
         bytes = 0;
       };
-      for (const index of indexes) {
+      for (let j = 0; j < indexes.length; j++) {
+        const index = indexes[j];
         const p = prepared[index];
         const dedup = p.dedup && p.id !== undefined;
-        if (dedup !== deduped) flush();
+        if (dedup !== deduped) flush(true);
         deduped = dedup;
         if (dedup) ids.push(p.id as string);
         args.push(p.fields.length);
@@ -383,9 +431,9 @@ export class EventrailPublisher {
           bytes += field.length;
         }
         run.push(index);
-        if (run.length >= most || bytes >= RUN_BYTES) flush();
+        if (run.length >= most || bytes >= RUN_BYTES) flush(j < indexes.length - 1);
       }
-      flush();
+      flush(false);
     }
   }
 
@@ -397,12 +445,12 @@ export class EventrailPublisher {
     );
   }
 
-  /** Records a run's outcomes: the offsets of the events appended, the error for the ones after a failed append. */
+  /** Records a run's outcomes: the offsets of the events appended, a refusal for the ones from the failed append on. */
   private settleRun(replies: AppendReply[], run: number[], append: Promise<[string[], string?]>): Promise<void> {
     return append.then(
       ([offsets, failure]) => {
         for (let i = 0; i < run.length; i++) {
-          replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new Error(failure ?? 'not appended'), null];
+          replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new AppendRefused(failure ?? 'not appended'), null];
         }
       },
       (error: unknown) => {
@@ -411,12 +459,21 @@ export class EventrailPublisher {
     );
   }
 
-  /** Records a dedup run's outcomes as `publishDedup` replies (`[offset, duplicate]`), the error for the events not done. */
-  private settleDedupRun(replies: AppendReply[], run: number[], append: Promise<[string[], number[], string?]>): Promise<void> {
+  /**
+   * Records a dedup run's outcomes as `publishDedup` replies (`[offset, duplicate]`), or as plain offsets for a
+   * guarded run of events without ids (`deduped` false), and a refusal for the events not done.
+   */
+  private settleDedupRun(
+    replies: AppendReply[],
+    run: number[],
+    append: Promise<[string[], number[], string?]>,
+    deduped: boolean,
+  ): Promise<void> {
     return append.then(
       ([offsets, duplicates, failure]) => {
         for (let i = 0; i < run.length; i++) {
-          replies[run[i]] = i < offsets.length ? [null, [offsets[i], duplicates[i]]] : [new Error(failure ?? 'not appended'), null];
+          if (i >= offsets.length) replies[run[i]] = [new AppendRefused(failure ?? 'not appended'), null];
+          else replies[run[i]] = [null, deduped ? [offsets[i], duplicates[i]] : offsets[i]];
         }
       },
       (error: unknown) => {
@@ -515,6 +572,14 @@ export class EventrailPublisher {
       throw new RedisUnavailableError('the connection is not ready, the event was not appended');
     }
   }
+}
+
+/** A call id for run guards: unique per process, and random across processes. */
+const CALL_PREFIX = randomBytes(6).toString('hex');
+let calls = 0;
+function nextCallId(): string {
+  calls = (calls + 1) % Number.MAX_SAFE_INTEGER;
+  return `${CALL_PREFIX}${calls.toString(36)}`;
 }
 
 function asError(reason: unknown): Error {

@@ -258,16 +258,23 @@ export class EventrailScripts {
 
   /**
    * `appendMany` for events with ids of their own and producer dedup: event
-   * `i` is appended unless `ids[i]` was within `windowMs`. Answers the
-   * offsets, whether each was a duplicate, and the error when a command
-   * failed after `offsets.length` events were done (appendManyDedup-n.lua).
+   * `i` is appended unless `ids[i]` was within `windowMs`; with `windowMs` 0
+   * (and no `ids`), each event is appended. With `guard`, the run is appended
+   * only when every run sent before it under the same guard was done (see
+   * `RunGuard`). Answers the offsets, whether each was a duplicate, and the
+   * error when a command failed after `offsets.length` events were done, or
+   * when the guard held the run back (`GUARDED ...`, nothing appended)
+   * (appendManyDedup-n.lua).
    */
-  appendManyDedup({ partition, ids, windowMs, events }: AppendManyDedupInput): Promise<AppendManyDedupReply> {
+  appendManyDedup({ partition, ids, windowMs, events, guard }: AppendManyDedupInput): Promise<AppendManyDedupReply> {
     const args: Array<string | number> = [this.keys.stream(partition)];
-    for (const id of ids) args.push(this.keys.dedup(partition, id));
+    if (windowMs > 0) for (const id of ids) args.push(this.keys.dedup(partition, id));
+    if (guard) args.push(this.keys.runGuard(partition, guard.call));
+    const numberOfKeys = args.length;
     args.push(windowMs);
+    if (guard) args.push(guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs);
+    else args.push('', '', '');
     for (const value of events) args.push(value);
-    const numberOfKeys = 1 + ids.length;
     if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys);
     return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
   }
@@ -457,13 +464,34 @@ export type AppendManyReply = [offsets: string[], error?: string];
 
 export interface AppendManyDedupInput {
   partition: number;
-  /** Event `i`'s own id. */
+  /** Event `i`'s own id (none when `windowMs` is 0). */
   ids: readonly string[];
+  /** The dedup window; 0 appends every event. */
   windowMs: number;
   events: PackedEvents;
+  guard?: RunGuard;
 }
 
-/** `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length` events were done. */
+/**
+ * Where one call sends a partition several runs, each one names the call
+ * and how many of its runs went before it: Redis appends a run only when all
+ * of those were done, so what lands in the partition is a prefix of what the
+ * call sent to it, even when Redis refused one run and would take the next.
+ */
+export interface RunGuard {
+  /** Unique per call (and partition). */
+  call: string;
+  runsBefore: number;
+  /** More runs of the call follow this one in the partition. */
+  more: boolean;
+  /** How long a guard may outlive its call's connection (ms). */
+  ttlMs: number;
+}
+
+/**
+ * `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length` events were
+ * done, or the guard held the run back (an error starting with `GUARDED`).
+ */
 export type AppendManyDedupReply = [offsets: string[], duplicates: number[], error?: string];
 
 export interface TrimLogInput {

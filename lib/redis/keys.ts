@@ -83,6 +83,14 @@ export class EventrailKeys {
     return `${this.tag(partition)}:dedup:${eventId}`;
   }
 
+  /**
+   * Run guard of one `publishMany` call in a partition: how many of the call's runs there were
+   * done; lives while the call's runs are sent, or its TTL (appendManyDedup-n.lua).
+   */
+  runGuard(partition: number, call: string): string {
+    return `${this.tag(partition)}:run:${call}`;
+  }
+
   /** Live members of a group: sorted set of worker ids scored by heartbeat expiry (ms). */
   members(group: string): string {
     return this.groupKey('members', group);

@@ -1,6 +1,6 @@
 import { INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
-import { EventrailPublisher, PublishInput, RedisUnavailableError } from '../../lib';
+import { EventrailPublisher, PublishInput, PublishManyError, RedisUnavailableError } from '../../lib';
 import { derivedEventId } from '../../lib/wire/event-id';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { registerScripts } from '../../lib/redis/scripts';
@@ -111,8 +111,10 @@ describe('publishMany with producer dedup', () => {
         id: n === 5 ? 'bad-5' : `ok-${n}`,
       }));
       const error = await otherPublisher.publishMany(inputs).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(PublishManyError);
       expect(error).toBeInstanceOf(RedisUnavailableError);
-      expect(String((error as Error).message)).toContain('5 of 10 event(s) were not appended');
+      expect(String((error as Error).message)).toContain('5 appended, 5 not appended');
+      expect((error as PublishManyError).outcomes).toEqual([...Array(5).fill('appended'), ...Array(5).fill('not-appended')]);
       expect(String((error as RedisUnavailableError).cause)).toContain('WRONGTYPE');
       const appended = (await redis.xrange(otherKeys.stream(0), '-', '+')).filter(([, f]) => f[f.indexOf('event') + 1] === 'split');
       expect(appended.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual([0, 1, 2, 3, 4]);
@@ -134,13 +136,19 @@ describe('publishMany with producer dedup', () => {
       const stream = keys.stream(2);
       const before = await redis.xlen(stream);
       const cases: Array<[Array<string | number>, string]> = [
-        [[2, stream, 'm1', 0, 2, 'event', 'x'], 'dedup window'],
-        [[2, stream, 'm1', 1000, 3, 'event', 'x', 'y'], 'malformed arguments at position 2'],
-        [[3, stream, 'm1', 'm2', 1000, 2, 'event', 'x'], '1 events but 2 dedup keys'],
+        [[2, stream, 'm1', -1, '', '', '', 2, 'event', 'x'], 'dedup window'],
+        [[2, stream, 'm1', 1000, '', '', '', 3, 'event', 'x', 'y'], 'malformed arguments at position 5'],
+        [[3, stream, 'm1', 'm2', 1000, '', '', '', 2, 'event', 'x'], '1 events, 1 dedup keys and 0 guard key expected, got 3 keys'],
+        [[1, stream, 0, '', '', '', 2, 'event', 'x', 2, 'event', 'y', 4], 'malformed arguments at position 11'],
+        // A guard needs its key, a count of runs before, whether more follow, and a TTL.
+        [[2, stream, 'g1', 0, 'one', '1', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[2, stream, 'g1', 0, 1, '2', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[2, stream, 'g1', 0, 1, '1', 0, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[1, stream, 0, 1, '1', 1000, 2, 'event', 'x'], '1 events, 0 dedup keys and 1 guard key expected, got 1 keys'],
         // More field arguments than one XADD can take from Lua (unpack's limit is about 8000).
         [
-          [2, stream, 'm1', 1000, 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
-          'malformed arguments at position 2',
+          [2, stream, 'm1', 1000, '', '', '', 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
+          'malformed arguments at position 5',
         ],
       ];
       for (const [args, message] of cases) {
@@ -156,15 +164,64 @@ describe('publishMany with producer dedup', () => {
         await expect(client.eventrailAppendMany(stream, ...args)).rejects.toThrow(message);
       }
       expect(await redis.xlen(stream)).toBe(before);
-      expect(await redis.exists('m1', 'm2')).toBe(0);
+      expect(await redis.exists('m1', 'm2', 'g1')).toBe(0);
       // The largest accepted count appends, and the same id again in the same run is a duplicate.
       const most = Array.from({ length: 3500 }, (_, i) => [`f${i}`, 'v']).flat();
-      const [offsets, duplicates] = await client.eventrailAppendManyDedup(3, stream, 'm1', 'm1', 1000, 7000, ...most, 7000, ...most);
+      const [offsets, duplicates] = await client.eventrailAppendManyDedup(
+        3,
+        stream,
+        'm1',
+        'm1',
+        1000,
+        '',
+        '',
+        '',
+        7000,
+        ...most,
+        7000,
+        ...most,
+      );
       expect(offsets).toEqual([offsets[0], offsets[0]]);
       expect(duplicates).toEqual([0, 1]);
       expect(await redis.xlen(stream)).toBe(before + 1);
       expect(await redis.pttl('m1')).toBeGreaterThan(0);
       await redis.del('m1');
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('appends a guarded run only when every earlier run of its call in the partition was done', async () => {
+    const client = registerScripts(redis.duplicate());
+    try {
+      const stream = keys.stream(2);
+      const guard = keys.runGuard(2, 'test');
+      const run = (runsBefore: number, more: boolean, ...values: string[]): Promise<[string[], number[], string?]> =>
+        client.eventrailAppendManyDedup(2, stream, guard, 0, runsBefore, more ? '1' : '0', 60_000, ...values.flatMap((v) => [2, 'n', v]));
+      const entries = async (): Promise<string[]> => (await redis.xrange(stream, '-', '+')).map(([, f]) => f[1]);
+      await redis.del(stream);
+      // Three runs of one call: each sets the guard for the next; the last deletes it.
+      expect((await run(0, true, 'a1', 'a2'))[0]).toHaveLength(2);
+      expect(await redis.get(guard)).toBe('1');
+      expect(await redis.pttl(guard)).toBeGreaterThan(50_000);
+      expect((await run(1, true, 'a3'))[0]).toHaveLength(1);
+      expect((await run(2, false, 'a4'))[0]).toHaveLength(1);
+      expect(await redis.exists(guard)).toBe(0);
+      expect(await entries()).toEqual(['a1', 'a2', 'a3', 'a4']);
+      // A later run whose earlier run never set the guard (refused, failed, or lost) appends nothing.
+      expect(await run(1, false, 'b2')).toEqual([[], [], expect.stringMatching(/^GUARDED /)]);
+      // One whose guard says fewer runs were done than it follows, neither.
+      await redis.set(guard, '1');
+      expect(await run(2, false, 'c3')).toEqual([[], [], expect.stringMatching(/^GUARDED /)]);
+      // A run that fails part way deletes the guard: the runs after it append nothing.
+      await redis.set(guard, '1');
+      await redis.set(`${prefix}:not-a-stream`, 'x');
+      const failing = await client.eventrailAppendManyDedup(2, `${prefix}:not-a-stream`, guard, 0, 1, '1', 60_000, 2, 'n', 'd2');
+      expect(failing[2]).toMatch(/^WRONGTYPE/);
+      expect(await redis.exists(guard)).toBe(0);
+      expect(await run(2, false, 'd3')).toEqual([[], [], expect.stringMatching(/^GUARDED /)]);
+      expect(await entries()).toEqual(['a1', 'a2', 'a3', 'a4']);
+      await redis.del(`${prefix}:not-a-stream`);
     } finally {
       client.disconnect();
     }

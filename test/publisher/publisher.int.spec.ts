@@ -8,6 +8,7 @@ import {
   InvalidPublishOptionsError,
   partitionForKey,
   PayloadTooLargeError,
+  PublishManyError,
   RedisUnavailableError,
 } from '../../lib';
 import { derivedEventId } from '../../lib/wire/event-id';
@@ -162,8 +163,10 @@ describe('EventrailPublisher', () => {
       // The first publishMany asks (in the background) whether the script may run; after it, runs go through appendMany.
       await otherPublisher.publishMany([0, 1].map((n) => ({ event: 'warm', data: { n }, partition: 0 })));
       const error = await otherPublisher.publishMany(inputs).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(PublishManyError);
       expect(error).toBeInstanceOf(RedisUnavailableError);
-      expect(String((error as Error).message)).toContain('20 of 40 event(s) were not appended');
+      expect(String((error as Error).message)).toContain('20 appended, 20 not appended');
+      expect((error as PublishManyError).outcomes).toEqual(inputs.map((_, n) => (n % 2 === 0 ? 'appended' : 'not-appended')));
       const appended = (await redis.xrange(otherKeys.stream(0), '-', '+')).filter(([, f]) => f[f.indexOf('event') + 1] === 'split');
       expect(appended.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual(Array.from({ length: 20 }, (_, i) => i * 2));
       expect(await redis.xlen(otherKeys.stream(1))).toBe(1);
