@@ -3,6 +3,7 @@ import { HealthIndicatorResult, HealthIndicatorService } from '@nestjs/terminus'
 import type { GroupStatus, NodeStatus } from '../admin/admin.types';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailConsumers } from '../consumer/lifecycle/eventrail-consumers';
+import { LogLoss, LogLossWatch } from '../consumer/coordination/log-loss-watch';
 import type { NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
@@ -15,6 +16,14 @@ import { StallTracker } from './stall-tracker';
 
 /** How long a health check waits for Redis by default, like Terminus's own indicators. */
 export const DEFAULT_HEALTH_TIMEOUT_MS = 1000;
+
+/**
+ * How long the check stays `down` after this process found that Redis came
+ * back without the log: long enough for a probe or an alert on it to fire,
+ * short enough that the workers, which go on from the start of the new log,
+ * are not held out of service for good. Afterwards a warning stays.
+ */
+export const LOG_LOST_DOWN_MS = 5 * 60_000;
 
 export interface EventrailHealthOptions {
   /**
@@ -63,7 +72,8 @@ interface Inspection {
  * timeout and every group consumed in this process has a running worker, a
  * live lease on each of its partitions (held by any live member of the group,
  * in this process or another), lag and dead letters within the limits and no
- * stalled partition. Anything else is reported as `down` with details per
+ * stalled partition, and no loss of the log found by this process in the
+ * last `LOG_LOST_DOWN_MS`. Anything else is reported as `down` with details per
  * group, never thrown, so the health endpoint answers 503 with the reason.
  *
  * Its own work is bounded: at its timeout it aborts its reads (no lag page is
@@ -115,16 +125,21 @@ export class EventrailHealthIndicator {
     }
 
     const { groups, nodes, evictionPolicies } = inspected;
-    const warnings = evictionWarnings(evictionPolicies);
+    const loss = LogLossWatch.lastLossOf(this.consumers.workerId);
+    const lossText = loss && describeLoss(loss);
+    const lostLately = loss !== undefined && Date.now() - loss.at.getTime() < LOG_LOST_DOWN_MS;
+    const warnings = [...evictionWarnings(evictionPolicies), ...(lossText && !lostLately ? [lossText] : [])];
     const data = {
       responseTimeMs: Date.now() - started,
       workerId: this.consumers.workerId,
       groups,
       nodes,
       evictionPolicies,
+      ...(loss ? { logLost: loss } : {}),
       ...(warnings.length > 0 ? { warnings } : {}),
     };
     const problems = Object.entries(groups).flatMap(([name, group]) => group.problems.map((problem) => `${name}: ${problem}`));
+    if (lossText && lostLately) problems.unshift(lossText);
     if (maxOutboxAgeMs !== undefined) {
       const outbox = await this.checkOutbox(maxOutboxAgeMs, timeoutMs);
       Object.assign(data, { outbox: outbox.data });
@@ -197,6 +212,13 @@ export class EventrailHealthIndicator {
       throw error;
     });
   }
+}
+
+function describeLoss(loss: LogLoss): string {
+  return (
+    `the log vanished at ${loss.at.toISOString()} (Redis came back without it: no persistence?); ` +
+    `groups ${loss.groups.join(', ')} resumed from the start of the new log`
+  );
 }
 
 function evictionWarnings(policies: readonly NodeEvictionPolicy[]): string[] {

@@ -24,6 +24,12 @@ export interface EventrailMetrics {
   onLeaseLost?(group: string, partition: number): void;
   /** This process handed a partition back (rebalance, shutdown) and no longer works it. */
   onLeaseReleased?(group: string, partition: number): void;
+  /**
+   * Redis came back without the log (a restart without persistence, a FLUSHALL): a worker of this process
+   * found the log's metadata changed or gone while it knew the group's offsets. Its groups resume from the
+   * start of the new log; the health check is down for 5 minutes after it.
+   */
+  onLogLost?(): void;
   /** An entry was passed over: already done (idempotency) or no handler for its event in this group. */
   onMessageSkipped?(group: string, reason: SkipReason, offset: string): void;
   /** The outbox relay appended a batch of `relayed` rows, `duplicates` of them already in the log (dedup). */

@@ -30,6 +30,11 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
   const deadLettered = counter('messages_dead_lettered_total', 'Messages written to the dead-letter stream', ['group', 'event']);
   const skipped = counter('messages_skipped_total', 'Entries passed over without a handler call', ['group', 'reason']);
   const leases = counter('lease_changes_total', 'Partition leases taken, lost and handed back by this process', ['group', 'change']);
+  const logLost = counter(
+    'log_lost_total',
+    'Times this process found that Redis came back without the log (restart without persistence)',
+    [],
+  );
   const duration = reuse(
     'handler_duration_seconds',
     (config) =>
@@ -72,6 +77,7 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     onMessageDeadLettered: (group, event) => deadLettered.inc({ group, event }),
     onMessageSkipped: (group, reason) => skipped.inc({ group, reason }),
     onLag: (group, partition, value) => lag.set({ group, partition: String(partition) }, value),
+    onLogLost: () => logLost.inc(),
     onLeaseAcquired: (group) => leases.inc({ group, change: 'acquired' }),
     // A partition this process no longer works has no lag of its own here: its last sample would go stale.
     onLeaseLost: (group, partition) => {

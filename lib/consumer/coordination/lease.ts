@@ -1,6 +1,8 @@
 import type { InitialOffset } from '../consumer.options';
 import { offsetBeforeTime, previousStreamId } from '../../wire/stream-id';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
+import type { MetricsHooks } from '../../metrics/eventrail-metrics';
+import { LogLossWatch } from './log-loss-watch';
 
 /**
  * The lease of a (group, partition): at most one worker of a group works a
@@ -95,15 +97,26 @@ export class PartitionLease {
     ttlMs: number,
     initialOffset: InitialOffset,
     generation = '0',
+    metrics?: MetricsHooks,
   ): Promise<Array<AcquiredLease | null>> {
     const { keys, client, scripts } = redis;
     const [initialMode, initialId] = initialOffsetArgs(initialOffset);
+    // An offset this process knew that is missing now went with the log: start at the start of the new one (see LogLossWatch).
+    const watch = LogLossWatch.of(workerId, keys.prefix);
+    const atStart = await watch.mustStartAtStart(redis, group, partitions, generation, metrics);
     const sentAt = performance.now();
     const replies = await Promise.all(
-      partitions.map((partition) =>
-        scripts.acquireLease({ group, partition, workerId, ttlMs, initialMode, initialId, generation }).catch(() => null),
-      ),
+      partitions.map((partition) => {
+        const [mode, id] = atStart.has(partition) ? (['start', ''] as const) : [initialMode, initialId];
+        return scripts.acquireLease({ group, partition, workerId, ttlMs, initialMode: mode, initialId: id, generation }).catch(() => null);
+      }),
     );
+    watch.taken(
+      group,
+      generation,
+      partitions.filter((_, i) => replies[i] !== null),
+    );
+    await watch.remember(redis).catch(() => undefined);
     // A partition that a deleted generation of the group left behind: its
     // done-marks go before the worker reads (an extra command only then). If
     // that fails (Redis is away) the partition is not started now; its lease

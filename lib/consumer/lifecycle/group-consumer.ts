@@ -249,6 +249,7 @@ export class GroupConsumer {
         this.options.lockTtlMs,
         this.options.initialOffset,
         this.membership.generation,
+        this.metrics,
       );
       for (const taken of acquired) if (taken && this.startWorker(taken)) missing--;
     }
