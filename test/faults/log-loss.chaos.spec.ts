@@ -3,6 +3,7 @@ import { TerminusModule } from '@nestjs/terminus';
 import Redis from 'ioredis';
 import { EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent, PartitionMismatchError } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
+import { LOG_LOST_DOWN_MS } from '../../lib/health/eventrail-health.indicator';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
@@ -129,6 +130,13 @@ describe('a Redis that comes back without its data', () => {
       const report = (await app.get(EventrailHealthIndicator).isHealthy()).eventrail as { status: string; message?: string };
       expect(report.status).toBe('down');
       expect(report.message).toMatch(/vanished/);
+      // Down for LOG_LOST_DOWN_MS, then up with the loss among the warnings.
+      const later = Date.now() + LOG_LOST_DOWN_MS + 1000;
+      const clock = jest.spyOn(Date, 'now').mockReturnValue(later);
+      const afterwards = (await app.get(EventrailHealthIndicator).isHealthy()).eventrail as { status: string; warnings?: string[] };
+      clock.mockRestore();
+      expect(afterwards.status).toBe('up');
+      expect(afterwards.warnings).toEqual([expect.stringMatching(/vanished/)]);
       expect(await redis.hget(keys.meta, 'partitions')).toBe('2');
       await expect(start(3, [])).rejects.toThrow(PartitionMismatchError);
     } finally {
