@@ -113,6 +113,17 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
     }
     expect((await readdir(dir, { recursive: true })).filter((name) => name.endsWith('.jsonl.gz'))).toHaveLength(archived.length);
     expect(await isFull()).toBe(false);
+
+    // A restore appends: on a full Redis it is refused, typed, and appends nothing.
+    await redis.sadd(keys.groups, 'billing');
+    await makeFull();
+    const refusal = await app
+      .get(EventrailAdmin)
+      .restoreArchive('billing', archived[0].name)
+      .catch((error: unknown) => error);
+    expect(refusal).toBeInstanceOf(RedisFullError);
+    expect(refusal).toMatchObject({ operation: 'restore an archive' });
+    expect((await redis.xlen(keys.stream(0))) + (await redis.xlen(keys.stream(1)))).toBe(0);
   });
 
   it('purges dead letters and frees the memory', async () => {
