@@ -14,7 +14,7 @@ import { describeError } from '../util/describe-error';
 import type { RelaySession, Row } from './connectors/outbox-connector';
 import { EVENTRAIL_OUTBOX_OPTIONS } from './outbox.constants';
 import { MAX_ROW_READ_BYTES, type ResolvedOutboxOptions } from './outbox.options';
-import { notifyChannel, qualified, RELAY_LOCK_NAMESPACE } from './outbox-schema';
+import { logDefaultSql, notifyChannel, ownsUnlabelledSql, qualified, RELAY_LOCK_NAMESPACE } from './outbox-schema';
 import { readOutboxStatus } from './outbox-status.reader';
 
 /** What the relay of this process did since it started. */
@@ -84,21 +84,20 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   /** The next batch, read while the current one is appended (only after a full batch: more is likely waiting). */
   private prefetched?: Promise<Batch>;
   /**
-   * Keys held behind a failed row of theirs, with that row's id (the lowest failed one of the key). Kept
-   * here so the read carries a small array rather than looking up failed rows for every row it scans.
-   * Read from the table when the relay becomes active, every `relay.pollIntervalMs`, on each idle
-   * wake-up while a key is held and right after a fixed failed row is appended (a fix or a delete is
-   * what releases a key, and neither sends a NOTIFY); added to at once when this relay fails a row.
+   * Keys this relay failed a row of in the batch in hand, with that row's id: the batch's later rows of
+   * the key wait. Every read leaves out the keys held behind a failed row itself, in its own statement,
+   * whoever set the mark (another relay process, an operator), so this covers only the rows read before
+   * the mark: it starts empty with each batch.
    */
   private held = new Map<string, bigint>();
-  private heldReadAt = 0;
   /**
    * Refused rows whose key is too long for the failed-rows index (btree takes about 2700 bytes, the
-   * publisher up to 4 KiB), by id, with their key: they cannot be marked, so this relay holds them. Reads
-   * leave them out until the next read of the held keys, which keeps their keys held while they exist
-   * and then lets them be judged again (a fix needs no mark to clear; a delete releases the key).
+   * publisher up to 4 KiB), by id, with their key: they cannot be marked, so this relay holds them, and
+   * reads leave them and their key's later rows out. Forgotten every `relay.pollIntervalMs`, so they are
+   * read and judged again (a fix needs no mark to clear; a delete releases the key).
    */
   private readonly unmarked = new Map<string, string | null>();
+  private unmarkedSince = 0;
   /** Ids of unmarked rows already logged and counted, so judging one again is silent. */
   private readonly unmarkedReported = new Set<string>();
 
@@ -177,7 +176,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const { connector, outboxTable, relay } = this.options;
     this.lost = undefined;
     this.prefetched = undefined; // a read on an earlier session
-    this.heldReadAt = 0;
+    this.unmarked.clear();
     const session = await connector.session();
     this.session = session;
     session.onLost((error) => {
@@ -186,6 +185,9 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     });
     // A standby whose process died leaves its backend waiting for the lock unless the server checks the socket (PostgreSQL 14+).
     await session.query(`set client_connection_check_interval = 1000`).catch(() => undefined);
+    // The read's estimated cost grows with the held rows it may step over (one index probe each), which
+    // would make PostgreSQL compile it with JIT, for far longer than it runs (0.6 s against 0.16 s).
+    await session.query(`set jit = off`).catch(() => undefined);
     await session.query(`select pg_advisory_lock(${RELAY_LOCK_NAMESPACE}, hashtext($1))`, [
       `relay ${this.eventrail.prefix} ${outboxTable}`,
     ]);
@@ -196,10 +198,14 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     this.logger.log(
       `Outbox relay of ${outboxTable} is active for log "${this.eventrail.prefix}"${listening ? '' : ` (no LISTEN: polling every ${relay.pollIntervalMs} ms)`}`,
     );
+    await this.warnUnowned(session);
     let redisFailures = 0;
     while (!this.stopping) {
       if (this.lost) throw this.lost;
-      if (Date.now() - this.heldReadAt >= relay.pollIntervalMs) await this.readHeldKeys(session);
+      if (Date.now() - this.unmarkedSince >= relay.pollIntervalMs) {
+        this.unmarked.clear();
+        this.unmarkedSince = Date.now();
+      }
       const outcome = await this.relayBatch(session);
       if (outcome === 'redis-down') {
         redisFailures++;
@@ -208,11 +214,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       }
       redisFailures = 0;
       await this.sample(session);
-      if (outcome === 'drained') {
-        await this.pause(relay.pollIntervalMs, true);
-        // Idle with a key held: a fix or a delete sends no NOTIFY, so look again on every wake-up.
-        if (this.held.size > 0) this.heldReadAt = 0;
-      }
+      if (outcome === 'drained') await this.pause(relay.pollIntervalMs, true);
     }
     // Stopping between batches: what Redis acknowledged goes now, not as a successor's duplicates.
     await (this.prefetched as Promise<Batch> | undefined)?.catch(() => undefined); // set by relayBatch
@@ -231,6 +233,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const prefetched = this.prefetched;
     this.prefetched = undefined;
     const { rows, full } = await (prefetched ?? this.deleteAndRead(session, []));
+    this.held = new Map();
     if (rows.length === 0) return this.notified ? 'more' : 'drained';
     const kept: Row[] = [];
     const inputs: PublishInput[] = [];
@@ -282,11 +285,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     }
     this.appended.push(...kept.map((row) => String(row.id)));
     for (const row of kept) this.unmarkedReported.delete(String(row.id));
-    // A fixed failed row went: its key's held rows may go now, right behind it.
-    const released =
-      this.held.size > 0 && kept.some((row) => row.key !== null && this.held.get(row.key as string) === BigInt(row.id as string));
-    if (released) this.heldReadAt = 0;
-    const more = full || released || this.notified || this.prefetched !== undefined;
+    const more = full || this.notified || this.prefetched !== undefined;
     // Nothing more waits: delete now, but on another connection, so a row committed meanwhile is read at once.
     if (!more) this.deleteInBackground();
     this.counters.batches++;
@@ -306,12 +305,22 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
    * in `relay.maxBatchBytes` (the first always), and for no row over the one-row bound: that one comes
    * back `unread`, to be failed, with only as much of its event id and key as the log line and the held
    * keys need (a key longer than the publisher takes is left out: no published row can share it).
-   * A key held behind a failed row is left out with the in-memory list of held keys, so the read never
-   * looks up failed rows per row, and is the plain index scan in `id` order while no key is held.
+   *
+   * This log's rows only, and the rows without a log when this log owns them (the `log` column's default
+   * names it): those are claimed, in the same statement, by writing this log into them, and a row another
+   * log's relay claimed first is not returned, so a row reaches one log even while the owner changes.
+   *
+   * A key held behind a failed row of this log is left out by the statement itself, so a mark that
+   * another process set is obeyed from the next read on: a row is left out when a failed row of its key
+   * has a lower id, looked up in the partial index on failed rows (one probe per keyed row scanned,
+   * whatever the number of held keys). With no keyed failed row of this log, one look at that index for
+   * the whole statement stands in for them (asked in the index's order, so PostgreSQL walks the index
+   * rather than the table even before it has statistics), and the read is the plain scan in `id` order.
    */
   private async deleteAndRead(session: RelaySession, inFlight: string[]): Promise<Batch> {
     const table = qualified(this.options.outboxTable);
     const { batchSize, maxBatchBytes } = this.options.relay;
+    const prefix = this.eventrail.prefix;
     const deleting = this.appended;
     this.appended = [];
     // Placeholders are numbered in the order the template below evaluates them, each used once.
@@ -320,24 +329,36 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       values.push(value);
       return `$${values.length}`;
     };
-    const held = [...this.held];
+    // Unmarked refused rows hold their keys from here: the lowest such id of each key.
+    const unmarked = new Map<string, string>();
+    for (const [id, key] of this.unmarked) {
+      const lowest = key === null ? undefined : unmarked.get(key);
+      if (key !== null && (lowest === undefined || BigInt(id) < BigInt(lowest))) unmarked.set(key, id);
+    }
+    const failedOfLog = (alias: string): string =>
+      `${alias}.failed is not null and (${alias}.log = ${$(prefix)} or (${alias}.log is null and (select owns from o)))`;
     const sql = `with ${deleting.length > 0 ? `gone as (delete from ${table} where id = any(${$(deleting)}::bigint[])),` : ''}
+      o as (select ${ownsUnlabelledSql(this.options.outboxTable, $(prefix))} as owns),
       c as (
-        select id, event_id, event, key, partition, data, headers,
+        select id, event_id, event, key, partition, data, headers, log,
           octet_length(data)::bigint + coalesce(octet_length(headers), 0) + octet_length(event) + octet_length(event_id)
             + coalesce(octet_length(key), 0) as bytes
         from ${table} r
         where failed is null and id <> all(${$([...deleting, ...inFlight, ...this.deleting, ...this.unmarked.keys()])}::bigint[])
-          and (log = ${$(this.eventrail.prefix)} or log is null)
+          and (log = ${$(prefix)} or (log is null and (select owns from o)))
+          and (key is null
+            or (select f.key from ${table} f where f.key is not null and ${failedOfLog('f')} order by f.key, f.id limit 1) is null
+            or not exists (select 1 from ${table} f where f.key = r.key and f.id < r.id and ${failedOfLog('f')}))
           ${
-            // A held key's failed row id, looked up in the array by position: no subquery per row.
-            held.length === 0
+            unmarked.size === 0
               ? ''
-              : `and coalesce(id <= (${$(held.map(([, id]) => String(id)))}::bigint[])[array_position(${$(held.map(([key]) => key))}::text[], key)], true)`
+              : `and coalesce(id <= (${$([...unmarked.values()])}::bigint[])[array_position(${$([...unmarked.keys()])}::text[], key)], true)`
           }
         order by id limit ${$(batchSize)}),
+      claimed as (
+        update ${table} u set log = ${$(prefix)} from c where u.id = c.id and c.log is null and u.log is null returning u.id),
       s as (
-        select c.*, bytes > ${$(this.rowReadBytes())} as unread from c),
+        select c.*, bytes > ${$(this.rowReadBytes())} as unread from c where c.log is not null or c.id in (select id from claimed)),
       w as (
         select s.*, row_number() over (order by id) as n, count(*) over () as candidates,
           sum(case when unread then 0 else bytes end) over (order by id) as running
@@ -366,23 +387,19 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
   }
 
   /**
-   * Replaces the held keys with the table's: the failed rows of this log (the partial index on failed
-   * rows finds them), and the unmarked rows that still exist (by primary key). The unmarked rows are
-   * then read again, to be appended if fixed or refused again.
+   * Rows without a log go to the log the `log` column's default names: with none, no relay takes them.
+   * Said once when the relay becomes active, so they do not wait unseen.
    */
-  private async readHeldKeys(session: RelaySession): Promise<void> {
-    const table = qualified(this.options.outboxTable);
-    const rows = await session.query(
-      `select key, min(id)::text as id from (
-         select key, id from ${table} where failed is not null and key is not null and (log = $1 or log is null)
-         union all
-         select key, id from ${table} where id = any($2::bigint[]) and failed is null and octet_length(key) <= ${UNREAD_KEY_BYTES}
-       ) f group by key`,
-      [this.eventrail.prefix, [...this.unmarked.keys()]],
+  private async warnUnowned(session: RelaySession): Promise<void> {
+    const { outboxTable } = this.options;
+    const [row] = await session.query(
+      `select ${logDefaultSql(outboxTable)} as owner, exists (select 1 from ${qualified(outboxTable)} where log is null) as unlabelled`,
     );
-    this.unmarked.clear();
-    this.held = new Map(rows.map((row) => [row.key as string, BigInt(row.id as string)]));
-    this.heldReadAt = Date.now();
+    if (row?.unlabelled === true && (row.owner === null || row.owner === undefined)) {
+      this.logger.warn(
+        `Outbox ${outboxTable} has rows without a log, and no log owns them (its log column has no default): no relay appends them. To make them log "${this.eventrail.prefix}"'s: alter table ${outboxTable} alter column log set default '${this.eventrail.prefix}'`,
+      );
+    }
   }
 
   /** A keyed row after a failed row of its key: it waits until that row is fixed or deleted. */
@@ -485,7 +502,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     if (typeof this.eventrail.metrics.onOutboxStatus !== 'function' || Date.now() - this.lastSample < this.options.relay.pollIntervalMs)
       return;
     this.lastSample = Date.now();
-    const status = await readOutboxStatus((sql, params) => session.query(sql, params), this.options.outboxTable);
+    const status = await readOutboxStatus((sql, params) => session.query(sql, params), this.options.outboxTable, this.eventrail.prefix);
     this.metrics.emit('onOutboxStatus', status.table, status.depth, status.oldestAgeMs ?? 0);
   }
 

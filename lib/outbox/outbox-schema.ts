@@ -57,8 +57,9 @@ export function shortName(name: string): string {
  *   publisher's checks, say `partitions` changed); such rows stay, are counted
  *   and skipped.
  * - `log` is the prefix of the log the row belongs to: a relay takes only its own log's rows, so two
- *   logs can share a table. Rows without one were written before the column existed (the column is
- *   added to an existing table) and go to whichever log's relay reads them first.
+ *   logs can share a table. Rows without one (written before the column existed, or by hand) belong to
+ *   the log the column's default names, if any (see `ownsUnlabelledSql`): with `ensureSchema`, the
+ *   first log set up on the table (`migrationSql` with `owner`).
  * - A partial index finds a key's failed rows: the relay holds a key's later rows behind one.
  * - A statement trigger sends one `NOTIFY` per insert statement; PostgreSQL
  *   delivers it at commit, which is when the relay should look.
@@ -106,9 +107,41 @@ create index if not exists ${quoteIdentifier(shortName(`${inboxBase}_handled_at`
  * together do not race on `create table if not exists` (which can fail on a
  * duplicate type when two run it at once).
  */
-export function migrationSql(tables: OutboxTables): string {
+export function migrationSql(tables: OutboxTables, owner?: string): string {
   return `begin;
 select pg_advisory_xact_lock(${SCHEMA_LOCK_NAMESPACE}, hashtext('schema ${tables.outbox.replace(/'/g, "''")}'));
-${schemaSql(tables)}commit;
+${schemaSql(tables)}${owner === undefined ? '' : ownerSql(tables.outbox, owner)}commit;
 `;
+}
+
+/**
+ * Makes `owner` the log of rows written without one, unless the table already names a log: the `log`
+ * column's default, so a hand insert that leaves the column out is that log's row from the start, and
+ * the rows left without one go to that log's relay alone. Run behind the schema lock, so of two logs set
+ * up on one table at once the first keeps it. A prefix is letters, digits and `.`, `_`, `:`, `-`: it is
+ * written as a literal as it is.
+ */
+function ownerSql(table: string, owner: string): string {
+  return `do $eventrail$ begin
+  if not exists (select 1 from pg_catalog.pg_attrdef d join pg_catalog.pg_attribute a on a.attrelid = d.adrelid and a.attnum = d.adnum
+      where d.adrelid = to_regclass('${qualified(table)}') and a.attname = 'log') then
+    alter table ${qualified(table)} alter column log set default '${owner.replace(/'/g, "''")}';
+  end if;
+end $eventrail$;
+`;
+}
+
+/**
+ * SQL for the `log` column's default as PostgreSQL prints it (`'prefix'::text`), null when it has none.
+ * The log it names owns the rows without a log: only its relay takes them, and only its status counts them.
+ */
+export function logDefaultSql(table: string): string {
+  return `(select pg_get_expr(d.adbin, d.adrelid) from pg_catalog.pg_attrdef d
+    join pg_catalog.pg_attribute a on a.attrelid = d.adrelid and a.attnum = d.adnum
+    where d.adrelid = to_regclass('${qualified(table)}') and a.attname = 'log')`;
+}
+
+/** SQL that is true when `prefix` (an SQL expression, a placeholder) is the log that owns the rows without a log. */
+export function ownsUnlabelledSql(table: string, prefix: string): string {
+  return `coalesce(${logDefaultSql(table)} = format('%L::text', ${prefix}::text), false)`;
 }

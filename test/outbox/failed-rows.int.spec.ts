@@ -177,4 +177,41 @@ describe('outbox rows the relay refuses', () => {
       apps = [];
     }
   });
+  it('holds thousands of keys with odd characters behind failed marks set by hand, and releases each in order', async () => {
+    const { outboxTable, inboxTable } = uniqueTables();
+    const prefix = uniquePrefix('manyheld');
+    const odd = ['a"b', 'a\\b', '{x,y}', 'NULL', ' ', 'é', '😀', 'a,b', "o'k", '\t', '[]', 'x'.repeat(1024)];
+    const keys = Array.from({ length: 2000 }, (_, i) => (i < odd.length ? odd[i] : `key-${i}`));
+    const app = await start(prefix, outboxTable, inboxTable, 500);
+    await app.get(EventrailOutboxAdmin).status();
+    const rows: Array<[string, string | null, string | null]> = [
+      ...keys.map((key, i): [string, string | null, string | null] => [`X${i}`, key, 'marked by hand']),
+      ...keys.flatMap((key, i): Array<[string, string | null, string | null]> => [
+        [`H${i}-0`, key, null],
+        [`H${i}-1`, key, null],
+      ]),
+      ...Array.from({ length: 1000 }, (_, i): [string, string | null, string | null] => [`F${i}`, null, null]),
+    ];
+    for (let i = 0; i < rows.length; i += 1000) {
+      const chunk = rows.slice(i, i + 1000);
+      await pool.query(
+        `insert into ${outboxTable} (event_id, event, key, data, failed, log)
+         select e, 'a', k, json_build_object('name', e)::text, f, $4 from unnest($1::text[], $2::text[], $3::text[]) as u(e, k, f)`,
+        [chunk.map((r) => r[0]), chunk.map((r) => r[1]), chunk.map((r) => r[2]), prefix],
+      );
+    }
+    await waitFor(async () => (await logEntries(redis, prefix)).length === 1000, 'the keyless rows relayed');
+    await waitFor(async () => (await app.get(EventrailOutboxAdmin).status()).depth === 4000, 'the keyless rows deleted');
+    expect(await app.get(EventrailOutboxAdmin).status()).toMatchObject({ depth: 4000, failed: 2000, held: 4000 });
+    const random = seededRandom(42);
+    const order = keys.map((_, i) => i).sort(() => random() - 0.5);
+    for (let i = 0; i < order.length; i += 200) {
+      await pool.query(`update ${outboxTable} set failed = null where event_id = any($1)`, [order.slice(i, i + 200).map((k) => `X${k}`)]);
+    }
+    await waitFor(async () => (await logEntries(redis, prefix)).length === 1000 + keys.length * 3, 'every held row relayed', 60_000);
+    const log = await logEntries(redis, prefix);
+    const byKey = new Map<string, string[]>();
+    for (const entry of log) if (entry.key !== undefined) byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry.id]);
+    expect(keys.map((key, i) => [i, byKey.get(key)])).toEqual(keys.map((_, i) => [i, [`X${i}`, `H${i}-0`, `H${i}-1`]]));
+  });
 });
