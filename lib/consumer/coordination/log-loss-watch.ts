@@ -108,7 +108,7 @@ export class LogLossWatch {
     this.held.set(group, known);
   }
 
-  /** Remembers the log's `createdAt` the first time; a loss when it changed or went. */
+  /** Reads the log's `createdAt` once, after this worker's first acquire: what a later change or absence is judged against. */
   async remember(redis: EventrailRedis): Promise<void> {
     if (this.createdAt !== undefined) return;
     this.createdAt = await redis.client.hget(redis.keys.meta, 'createdAt');
