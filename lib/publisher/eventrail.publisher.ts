@@ -12,6 +12,7 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { PublishManyError, type PublishOutcome } from '../errors/publish-many.error';
+import { RedisFullError } from '../errors/redis-full.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
@@ -95,6 +96,8 @@ const MAX_KEY_LENGTH = 1024;
 const RUN_GUARD_TTL_MS = 300_000;
 
 interface Prepared {
+  /** The event's name, for errors. */
+  event: string;
   partition: number;
   /** The caller's id; without one, the id is derived from the stream id Redis gives the entry. */
   id: string | undefined;
@@ -177,7 +180,7 @@ export class EventrailPublisher {
         offset: offset as string,
       }),
       (error: unknown) => {
-        throw new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
+        throw publishFailed(event, error);
       },
     );
   }
@@ -268,9 +271,12 @@ export class EventrailPublisher {
         const error = sent.replies[i]?.[0];
         return error ? outcomeOf(error) : 'appended';
       });
-      throw new PublishManyError(outcomes, results, failed);
+      const first = prepared[sent.replies.findIndex((reply) => reply?.[0] === failed)];
+      throw new PublishManyError(outcomes, results, outOfMemory(first?.event ?? '(batch)', failed) ?? failed);
     }
     if (failed) {
+      const full = prepared.length === 1 ? outOfMemory(prepared[0].event, failed) : undefined;
+      if (full) throw full;
       throw new RedisUnavailableError(`${prepared.length - appended} of ${prepared.length} event(s) were not appended`, failed);
     }
     const { replicas, timeoutMs } = this.options.replication;
@@ -552,7 +558,7 @@ export class EventrailPublisher {
     const partition = this.partitionOf(event, key, options.partition);
     // Without an id, the entry says only what its stream id does not: readers derive the id and time from it.
     const fields = encodeFields({ id, event, key, time: id === undefined ? undefined : now, data: json, headers: headersJson });
-    return { partition, id, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
+    return { event, partition, id, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
   }
 
   private partitionOf(event: string, key: string | undefined, partition: number | undefined): number {
@@ -572,6 +578,31 @@ export class EventrailPublisher {
       throw new RedisUnavailableError('the connection is not ready, the event was not appended');
     }
   }
+}
+
+/** What to do about a publish a full Redis refused; its message says nothing was appended. */
+const FULL_HINT =
+  'Nothing was appended. Free memory first (run retention, purge dead letters, prune stale groups) or raise maxmemory, ' +
+  'then publish again; see "Redis full or down" in docs/operations/runbook.md';
+
+/** `error` as a `RedisFullError` for a publish of `event` when it is Redis's OOM refusal, else undefined. */
+function outOfMemory(event: string, error: unknown): RedisFullError | undefined {
+  if (!RedisFullError.isOutOfMemory(error)) return undefined;
+  return new RedisFullError(`publish "${event}"`, (error as Error).message, FULL_HINT);
+}
+
+/**
+ * The error of a coalesced `publish` whose append failed: an OOM refusal is a
+ * `RedisFullError`, another error reply (Redis refused it: nothing was
+ * appended) or a lost connection (it may have been) a `RedisUnavailableError`
+ * that says which.
+ */
+function publishFailed(event: string, error: unknown): Error {
+  const full = outOfMemory(event, error);
+  if (full) return full;
+  if (error instanceof Error && outcomeOf(error) === 'not-appended')
+    return new RedisUnavailableError(`publish of "${event}" was refused, nothing was appended`, error);
+  return new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
 }
 
 /** A call id for run guards: unique per process, and random across processes. */

@@ -1,6 +1,6 @@
 import { INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
-import { EventrailPublisher, partitionForKey, PublishInput, PublishManyError, RedisUnavailableError } from '../../lib';
+import { EventrailPublisher, partitionForKey, PublishInput, PublishManyError, RedisFullError, RedisUnavailableError } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
@@ -137,6 +137,42 @@ describe('publishMany on a full Redis', () => {
     expect(refusedShapes).toBeGreaterThan(10);
     expect(partlyLanded).toBeGreaterThan(5);
   }, 300_000);
+
+  it('refuses a publish on a full Redis with RedisFullError, saying nothing was appended', async () => {
+    await fillTo(0);
+    const big = { pad: 'p'.repeat(200_000) };
+    const refusals = [
+      // A lone publish, a coalesced one behind it in the same tick, one with an id through producer dedup, and a batch.
+      publisher.publish('full.one', big, { partition: 0 }),
+      publisher.publish('full.two', big, { partition: 1 }),
+      publisher.publish('full.three', big, { partition: 2, id: 'full-3' }),
+    ];
+    for (const [i, refused] of (
+      await Promise.all(
+        refusals.map((p) =>
+          p.then(
+            () => undefined,
+            (e: unknown) => e,
+          ),
+        ),
+      )
+    ).entries()) {
+      expect(refused).toBeInstanceOf(RedisFullError);
+      expect((refused as RedisFullError).operation).toBe(`publish "full.${['one', 'two', 'three'][i]}"`);
+      expect((refused as Error).message).toMatch(
+        /^Redis is full .* refused to publish "full\.\w+": OOM command not allowed.*Nothing was appended/,
+      );
+      expect((refused as Error).message).not.toContain('may or may not');
+    }
+    const many = await publisher.publishMany([{ event: 'full.many', data: big }]).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(many).toBeInstanceOf(PublishManyError);
+    expect((many as PublishManyError).outcomes).toEqual(['not-appended']);
+    expect((many as PublishManyError).cause).toBeInstanceOf(RedisFullError);
+    for (let p = 0; p < PARTITIONS; p++) expect(await landed(p)).toEqual([]);
+  });
 
   it('costs one script call per run on the happy path, guarded or not', async () => {
     await fillTo(MAXMEMORY); // no filler: nothing is refused

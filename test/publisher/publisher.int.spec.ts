@@ -170,6 +170,11 @@ describe('EventrailPublisher', () => {
       const appended = (await redis.xrange(otherKeys.stream(0), '-', '+')).filter(([, f]) => f[f.indexOf('event') + 1] === 'split');
       expect(appended.map(([, f]) => JSON.parse(f[f.indexOf('data') + 1]).n)).toEqual(Array.from({ length: 20 }, (_, i) => i * 2));
       expect(await redis.xlen(otherKeys.stream(1))).toBe(1);
+      // A lone publish that Redis refuses says nothing was appended (an error reply is no lost answer).
+      const refused = await otherPublisher.publish('split', { n: 40 }, { partition: 1 }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(RedisUnavailableError);
+      expect((refused as Error).message).toMatch(/^Redis is unavailable: publish of "split" was refused, nothing was appended \(ERR /);
+      expect(await redis.xlen(otherKeys.stream(1))).toBe(1);
     } finally {
       await otherApp.close();
       await deletePrefix(redis, other);

@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
+import { RedisFullError } from '../../errors/redis-full.error';
 import { groupWants, NO_WANTS, type GroupWants } from './group-wants';
 import { parseMemberInfo, type MemberInfo } from './member-info';
 
@@ -62,7 +63,14 @@ export class GroupMembership {
    * it handles for the admin API. Returns the live members that may work
    * partitions: those that handle every type the group's live members want.
    */
-  async join(events: Iterable<string>): Promise<string[]> {
+  join(events: Iterable<string>): Promise<string[]> {
+    // A full Redis refuses the heartbeat's writes: say so, typed, rather than with its raw OOM reply.
+    return this.register(events).catch((error: unknown) => {
+      throw RedisFullError.from(`join group "${this.group}" (its heartbeat and event types)`, error);
+    });
+  }
+
+  private async register(events: Iterable<string>): Promise<string[]> {
     const { keys, client } = this.redis;
     this.events = [...events].sort();
     this.info = JSON.stringify({ ...parseMemberInfo(this.info), events: this.events });
