@@ -260,10 +260,12 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     const appending = this.publisher.publishMany(inputs);
     // A full batch: read the next one meanwhile (PostgreSQL and Redis work at once). Rows of the same key
     // as one in this batch have higher ids (the key lock), so the next batch never overtakes this one.
+    // Only the rows being appended are left out of it: a row failed here and fixed at once must be read
+    // again ahead of its key's later rows, which its mark no longer holds.
     if (full) {
       this.prefetched = this.deleteAndRead(
         session,
-        rows.map((row) => String(row.id)),
+        kept.map((row) => String(row.id)),
       );
       this.prefetched.catch(() => undefined); // awaited by the next batch, or below
     }

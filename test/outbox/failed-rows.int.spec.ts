@@ -214,4 +214,26 @@ describe('outbox rows the relay refuses', () => {
     for (const entry of log) if (entry.key !== undefined) byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry.id]);
     expect(keys.map((key, i) => [i, byKey.get(key)])).toEqual(keys.map((_, i) => [i, [`X${i}`, `H${i}-0`, `H${i}-1`]]));
   });
+  it('relays a key in order when its failed row is fixed while the next batch is read', async () => {
+    const { outboxTable, inboxTable } = uniqueTables();
+    const prefix = uniquePrefix('fixedfast');
+    const app = await start(prefix, outboxTable, inboxTable, 2);
+    await app.get(EventrailOutboxAdmin).status();
+    // The fix lands as the mark does: a trigger clears the mark and mends the data in the relay's own update.
+    await pool.query(
+      `create function ${outboxTable}_mend() returns trigger language plpgsql as $$
+       begin new.failed := null; new.data := '{"name":"X"}'; return new; end $$;
+       create trigger ${outboxTable}_mend before update of failed on ${outboxTable}
+         for each row when (new.failed is not null) execute function ${outboxTable}_mend()`,
+    );
+    // One batch: X (refused, fixed at once) and O (appended); the next batch is read while O is appended.
+    await insert(outboxTable, prefix, [
+      { name: 'X', key: 'k', broken: true },
+      { name: 'O', key: 'other', broken: false },
+      { name: 'Y', key: 'k', broken: false },
+      { name: 'Z', key: 'k', broken: false },
+    ]);
+    await waitFor(async () => (await logEntries(redis, prefix)).length === 4, 'every row relayed');
+    expect((await logEntries(redis, prefix)).filter((e) => e.key === 'k').map((e) => e.id)).toEqual(['X', 'Y', 'Z']);
+  });
 });
