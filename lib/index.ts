@@ -5,7 +5,7 @@
 // Module and options
 export { EventrailModule } from './module/eventrail.module';
 export type { EventrailModuleAsyncOptions, EventrailModuleOptions } from './module/eventrail.options';
-export type { ConsumerOptions, InitialOffset } from './consumer/consumer.options';
+export type { ConsumerOptions, InitialOffset, Ordering, RedeliveryOptions } from './consumer/consumer.options';
 export type { ClusterConnection, Durability, RedisConnection, SentinelConnection } from './redis/connection.options';
 export { DEFAULT_BATCH_OPTIONS, DEFAULT_CONSUMER_OPTIONS } from './consumer/consumer.options';
 export { EVENTRAIL_OPTIONS } from './config/eventrail.constants';
@@ -48,6 +48,7 @@ export type {
   OffsetChange,
   OffsetResetResult,
   OffsetTarget,
+  ParkedKey,
   PartitionLogStats,
   PartitionStatus,
   ReadLogOptions,

@@ -159,6 +159,28 @@ export interface FollowOptions {
   onListening?: () => void;
 }
 
+/** A parked line of a group (`'key'` and `'unordered'` ordering): a failing head and the messages waiting behind it. */
+export interface ParkedKey {
+  /** The key whose messages wait (`''` for keyless ones). */
+  key: string;
+  partition: number;
+  /** The head: the message tried at each redelivery. */
+  offset: string;
+  /** The head's event id and type; null when the log no longer has the entry. */
+  eventId: string | null;
+  event: string | null;
+  /** Messages in the line, the head included. */
+  count: number;
+  /** Failed attempts of the head, in place and redelivered. */
+  attempts: number;
+  /** When the head first failed; null for a head not tried yet (its line moves on). */
+  firstFailedAt: Date | null;
+  /** When the head is tried next. */
+  nextAttemptAt: Date;
+  /** The head's last error, `Name: message`. */
+  error: string;
+}
+
 export interface DeadLetterPage {
   /**
    * Dead letters to return, 1 to 10000.

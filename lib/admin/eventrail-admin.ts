@@ -23,10 +23,12 @@ import type {
   OffsetChange,
   OffsetResetResult,
   OffsetTarget,
+  ParkedKey,
   ReadLogOptions,
   RetentionOperations,
 } from './admin.types';
 import { DeadLetterAdmin } from './dead-letters.admin';
+import { ParkedAdmin } from './parked.admin';
 import { GroupFactsReader, isStale } from './group-facts.reader';
 import { GroupStatusReader } from './group-status.reader';
 import { LogReader } from './log.reader';
@@ -47,6 +49,7 @@ export class EventrailAdmin {
   private readonly log: LogReader;
   private readonly rebalance: RebalanceSignal;
   private readonly logStats: LogStatsReader;
+  private readonly parked: ParkedAdmin;
 
   constructor(
     private readonly redis: EventrailRedis,
@@ -59,6 +62,7 @@ export class EventrailAdmin {
     this.log = new LogReader(redis);
     this.rebalance = new RebalanceSignal(redis);
     this.logStats = new LogStatsReader(redis, options.prefix);
+    this.parked = new ParkedAdmin(redis);
   }
 
   /** Every registered group: events, live members, per partition committed offset, lag and lease owner, dead-letter count. */
@@ -224,6 +228,42 @@ export class EventrailAdmin {
   async deadLetterCount(group: string): Promise<number> {
     await this.facts.assertExists(group);
     return this.letters.count(group);
+  }
+
+  /**
+   * The parked lines of a group (`ordering` `'key'` or `'unordered'`): per parked key its partition,
+   * head, how many messages wait, attempts, first failure, next attempt and last error.
+   */
+  async parkedKeys(group: string): Promise<ParkedKey[]> {
+    await this.facts.assertExists(group);
+    return this.parked.list(group);
+  }
+
+  /**
+   * Tries the parked lines of a group again now (every line, or the line of `key`), without waiting for
+   * their next tier. The partition's owner does it when the signal reaches it (at once while it runs), or
+   * when a worker next takes the partition. Resolves with how many partitions had a matching line.
+   */
+  async retryParked(group: string, { key }: { key?: string } = {}): Promise<number> {
+    await this.facts.assertExists(group);
+    if (key !== undefined && typeof key !== 'string') throw new InvalidOptionError('key', key, 'a string (the parked key)');
+    const partitions = await this.parked.command(group, 'retry', key);
+    if (partitions > 0) await this.rebalance.announce(group);
+    return partitions;
+  }
+
+  /**
+   * Dead-letters the head of `key`'s parked line now (reason `retries-exhausted`, the error says an
+   * operator gave it up and carries the last failure); the next message of the key becomes the head and
+   * is tried at once. Applied by the partition's owner as `retryParked` is. Resolves with how many
+   * partitions had a line of that key.
+   */
+  async giveUpParked(group: string, { key }: { key: string }): Promise<number> {
+    await this.facts.assertExists(group);
+    if (typeof key !== 'string') throw new InvalidOptionError('key', key, 'a string (the parked key)');
+    const partitions = await this.parked.command(group, 'give-up', key);
+    if (partitions > 0) await this.rebalance.announce(group);
+    return partitions;
   }
 
   /**

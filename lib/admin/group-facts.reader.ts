@@ -12,6 +12,8 @@ export interface GroupFacts {
   lastSeen: number | null;
   /** Committed offset per partition; null where the group has not read the partition yet. */
   committed: Array<string | null>;
+  /** The oldest parked entry per partition (`'key'` and `'unordered'` ordering); null where nothing is parked. Retention keeps it. */
+  parkedFloor: Array<string | null>;
 }
 
 /** Facts of some groups, and the Redis clock's time when they were read. */
@@ -70,15 +72,17 @@ export class GroupFactsReader {
         client.hgetall(keys.memberInfo(group)),
         client.get(keys.seen(group)),
         Promise.all(Array.from({ length: keys.partitions }, (_, p) => client.get(keys.offset(group, p)))),
+        Promise.all(Array.from({ length: keys.partitions }, (_, p) => client.hget(keys.recovery(group, p), 'parkedFloor'))),
       ]),
     );
     return Promise.all([time, Promise.all(perGroup)]).then(([clock, replies]) => {
       const now = redisTimeToMs(clock);
-      const facts = replies.map(([scored, info, seen, committed], g): GroupFacts => ({
+      const facts = replies.map(([scored, info, seen, committed, parkedFloor], g): GroupFacts => ({
         name: groups[g],
         members: liveMembers(scored, info, now),
         lastSeen: seen === null ? null : Number(seen),
         committed,
+        parkedFloor,
       }));
       return { now, groups: facts };
     });

@@ -8,6 +8,40 @@ import { isStreamId } from '../wire/stream-id';
 /** Where a group starts reading when it has no committed offset yet. */
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
 
+/**
+ * What a message that keeps failing holds back once its retries in place are spent: its partition
+ * (`'partition'`), only its key (`'key'`: it is parked with the later messages of its key, other keys
+ * go on), or nothing (`'unordered'`: only the message is parked).
+ */
+export type Ordering = 'partition' | 'key' | 'unordered';
+
+export const ORDERINGS: readonly Ordering[] = Object.freeze(['partition', 'key', 'unordered']);
+
+/** The parked stage of `'key'` and `'unordered'` ordering: when a parked message is tried again, and for how long. */
+export interface RedeliveryOptions {
+  /**
+   * Wait before the first redelivery of a parked message.
+   * @default 2000
+   */
+  delayMs?: number;
+  /**
+   * Each wait is the previous one times this (with jitter), up to `maxDelayMs`.
+   * @default 2
+   */
+  factor?: number;
+  /**
+   * Longest wait between two redeliveries.
+   * @default 300000 (5 min)
+   */
+  maxDelayMs?: number;
+  /**
+   * A parked message failing for this long (since its first failure) is dead-lettered (`retries-exhausted`)
+   * and the next message of its key becomes the head.
+   * @default 3600000 (1 h)
+   */
+  maxAgeMs?: number;
+}
+
 /** Options of one consumer group. Set them module-wide under `consumer`, per group under `groups.<name>`, or in `@OnEvent`. */
 export interface ConsumerOptions {
   /**
@@ -51,6 +85,15 @@ export interface ConsumerOptions {
    * @default { mode: 'fromStart' }
    */
   initialOffset?: InitialOffset;
+  /**
+   * What a failing message holds back once its retries in place are spent (see `Ordering`).
+   * With `'key'` or `'unordered'`, the message is parked instead of dead-lettered and comes back through
+   * the `redelivery` tiers; the retries in place then default to 2, 200 ms apart, up to 2 s.
+   * @default 'partition'
+   */
+  ordering?: Ordering;
+  /** The tiers of the parked stage (`ordering` `'key'` or `'unordered'`); ignored with `'partition'`. */
+  redelivery?: RedeliveryOptions;
   /**
    * Retries of a failing handler, in place, before the message is given up.
    * Where `maxRetryAgeMs` is set without `maxRetries` next to it (in the same options object), the count
@@ -100,7 +143,7 @@ export interface ConsumerOptions {
   idempotencyTtlMs?: number;
 }
 
-export type ResolvedConsumerOptions = Required<ConsumerOptions>;
+export type ResolvedConsumerOptions = Required<Omit<ConsumerOptions, 'redelivery'>> & { redelivery: Required<RedeliveryOptions> };
 /** `batch` in `@OnEvent` options: the method takes `EventrailMessage[]`, consecutive messages of one partition. */
 export interface BatchOptions {
   /**
@@ -151,7 +194,10 @@ export const CONSUMER_OPTION_NAMES = optionNames<ConsumerOptions>()([
   'handlerTimeoutMs',
   'enableIdempotency',
   'idempotencyTtlMs',
+  'ordering',
+  'redelivery',
 ]);
+export const REDELIVERY_OPTION_NAMES = optionNames<RedeliveryOptions>()(['delayMs', 'factor', 'maxDelayMs', 'maxAgeMs']);
 export const BATCH_OPTION_NAMES = optionNames<BatchOptions>()(['maxSize', 'maxWaitMs']);
 export const CONSUMERS_OPTION_NAMES = optionNames<ConsumersOptions>()(['consumer', 'groups', 'autoStart']);
 
@@ -172,7 +218,20 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   handlerTimeoutMs: 0,
   enableIdempotency: false,
   idempotencyTtlMs: 86_400_000,
+  ordering: 'partition',
+  redelivery: Object.freeze({ delayMs: 2_000, factor: 2, maxDelayMs: 300_000, maxAgeMs: 3_600_000 }),
 });
+
+/**
+ * The retries in place where a failing message is parked after them (`'key'`, `'unordered'`): a few
+ * quick ones, since the fetch it belongs to waits for them. They apply where the option was not set.
+ */
+export const PARKING_IN_PLACE_DEFAULTS = Object.freeze({ maxRetries: 2, retryBackoffMs: 200, retryBackoffMaxMs: 2_000 });
+type InPlaceOption = keyof typeof PARKING_IN_PLACE_DEFAULTS;
+const IN_PLACE_OPTIONS = Object.keys(PARKING_IN_PLACE_DEFAULTS) as InPlaceOption[];
+
+/** The in-place options set by the user at some level of a resolved options object (the defaults differ by `ordering`). */
+const explicitInPlace = new WeakMap<ResolvedConsumerOptions, ReadonlySet<InPlaceOption>>();
 
 /** Defaults of `batch` in `@OnEvent` options (see `BatchOptions`). */
 export const DEFAULT_BATCH_OPTIONS: Readonly<Required<BatchOptions>> = Object.freeze({ maxSize: 100, maxWaitMs: 0 });
@@ -211,11 +270,18 @@ export function resolveConsumerOptions(
   const merged: ResolvedConsumerOptions = { ...base };
   for (const key of CONSUMER_OPTION_NAMES) {
     const value = overrides[key];
-    if (value !== undefined) (merged as unknown as Record<string, unknown>)[key] = value;
+    if (value !== undefined && key !== 'redelivery') (merged as unknown as Record<string, unknown>)[key] = value;
   }
+  merged.redelivery = resolveRedelivery(`${path}.redelivery`, overrides.redelivery, base.redelivery);
+  if (!ORDERINGS.includes(merged.ordering)) {
+    throw new InvalidOptionError(`${path}.ordering`, merged.ordering, `one of ${ORDERINGS.map((o) => `'${o}'`).join(', ')}`);
+  }
+  const explicit = new Set(explicitInPlace.get(base));
+  for (const key of IN_PLACE_OPTIONS) if (overrides[key] !== undefined) explicit.add(key);
   // A time budget given without a count: the count no longer limits (see `maxRetries`).
   if (overrides.maxRetryAgeMs !== undefined && overrides.maxRetries === undefined && overrides.maxRetryAgeMs !== 0) {
     merged.maxRetries = Number.POSITIVE_INFINITY;
+    explicit.add('maxRetries');
   }
   checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
   checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
@@ -235,7 +301,32 @@ export function resolveConsumerOptions(
   checkBoolean(`${path}.enableIdempotency`, merged.enableIdempotency);
   checkInteger(`${path}.idempotencyTtlMs`, merged.idempotencyTtlMs, 1_000, 365 * 86_400_000);
   validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
+  // Where a parked stage follows, the retries in place are a few quick ones unless they were set.
+  for (const key of IN_PLACE_OPTIONS) {
+    if (!explicit.has(key)) merged[key] = merged.ordering === 'partition' ? DEFAULT_CONSUMER_OPTIONS[key] : PARKING_IN_PLACE_DEFAULTS[key];
+  }
+  if (merged.ordering !== 'partition' && !Number.isFinite(merged.maxRetries)) merged.maxRetries = PARKING_IN_PLACE_DEFAULTS.maxRetries;
+  explicitInPlace.set(merged, explicit);
   return merged;
+}
+
+function resolveRedelivery(
+  path: string,
+  overrides: RedeliveryOptions | undefined,
+  base: Required<RedeliveryOptions>,
+): Required<RedeliveryOptions> {
+  if (overrides === undefined) return base;
+  checkObject(path, overrides, 'an object: { delayMs?, factor?, maxDelayMs?, maxAgeMs? }');
+  rejectUnknownKeys(path, overrides, REDELIVERY_OPTION_NAMES);
+  const merged = { ...base };
+  for (const key of REDELIVERY_OPTION_NAMES) if (overrides[key] !== undefined) merged[key] = overrides[key];
+  checkInteger(`${path}.delayMs`, merged.delayMs, 1, 86_400_000);
+  if (typeof merged.factor !== 'number' || !(merged.factor >= 1 && merged.factor <= 10)) {
+    throw new InvalidOptionError(`${path}.factor`, merged.factor, 'a number from 1 to 10');
+  }
+  checkInteger(`${path}.maxDelayMs`, merged.maxDelayMs, merged.delayMs, 86_400_000);
+  checkInteger(`${path}.maxAgeMs`, merged.maxAgeMs, 0, 30 * 86_400_000);
+  return Object.freeze(merged);
 }
 
 export function validateGroupName(path: string, name: unknown): asserts name is string {

@@ -81,7 +81,9 @@ export class EventrailScripts {
       progress?.from ?? '',
       progress?.count ?? '',
       progress?.verify ? '1' : '0',
+      input.parked?.length ?? 0,
     ];
+    if (input.parked) for (const [field, state] of input.parked) args.push(field, state);
     if (markTtlMs > 0) for (const id of input.doneIds) args.push(id);
     const result = this.lean
       ? await sendLeanScript<number>(this.client, leanScript('eventrailCommitOffset'), args)
@@ -266,7 +268,19 @@ export class EventrailScripts {
    * when the guard held the run back (`GUARDED ...`, nothing appended)
    * (appendManyDedup-n.lua).
    */
-  appendManyDedup({ partition, ids, windowMs, events, guard }: AppendManyDedupInput): Promise<AppendManyDedupReply> {
+  appendManyDedup(input: AppendManyDedupInput): Promise<AppendManyDedupReply> {
+    const [numberOfKeys, args] = this.appendManyDedupArgs(input);
+    if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys);
+    return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
+  }
+
+  /** `appendManyDedup` queued on `pipeline` (one made with `client.pipeline()`, on a Cluster too: one partition's slot). */
+  queueAppendManyDedup(pipeline: ChainableCommander, input: AppendManyDedupInput): void {
+    const [numberOfKeys, args] = this.appendManyDedupArgs(input);
+    (pipeline as EventrailPipeline).eventrailAppendManyDedup(numberOfKeys, ...args);
+  }
+
+  private appendManyDedupArgs({ partition, ids, windowMs, events, guard }: AppendManyDedupInput): [number, Array<string | number>] {
     const args: Array<string | number> = [this.keys.stream(partition)];
     if (windowMs > 0) for (const id of ids) args.push(this.keys.dedup(partition, id));
     if (guard) args.push(this.keys.runGuard(partition, guard.call));
@@ -275,8 +289,7 @@ export class EventrailScripts {
     if (guard) args.push(guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs);
     else args.push('', '', '');
     for (const value of events) args.push(value);
-    if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys);
-    return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
+    return [numberOfKeys, args];
   }
 
   // Locks (releaseLock-1, takeLock-1, and renewLease-1 for the retention lock)
@@ -421,6 +434,8 @@ export interface CommitOffsetInput extends LeaseHold {
   doneIds: readonly string[];
   /** What the commit moved over, for the offset's lag position; without it the position is forgotten. */
   progress?: { since: string; from: string; count: number; verify: boolean };
+  /** Parked lines that changed since the last commit: the line's field and its state, or '' when it was released. */
+  parked?: ReadonlyArray<readonly [field: string, state: string]>;
 }
 
 export interface HeartbeatInput {

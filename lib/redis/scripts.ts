@@ -38,7 +38,9 @@ export interface EventrailCommands {
     from: string,
     count: number | '',
     verify: '0' | '1',
-    ...doneIds: string[]
+    /** How many parked lines change; then each line's field and state ('' releases it), then the done ids. */
+    parkedChanges: number,
+    ...parkedThenDoneIds: string[]
   ): Promise<number>;
   eventrailMarkDelivery(recovery: string, offset: string): Promise<number>;
   eventrailMarkFailure(recovery: string, offset: string, nowMs: number): Promise<number>;

@@ -68,7 +68,7 @@ export class RetentionCycle {
     ]);
     const { minId, heldBackBy } = capMinId(
       requested,
-      live.map((g) => ({ group: g.name, committed: g.committed[partition] })),
+      live.map((g) => ({ group: g.name, committed: g.committed[partition], parkedFloor: g.parkedFloor[partition] })),
     );
     const result: PartitionRetentionResult = { partition, requestedMinId: requested, minId, heldBackBy, archived: [], trimmed: 0 };
     if (heldBackBy.length > 0) {

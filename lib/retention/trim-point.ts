@@ -27,18 +27,20 @@ export function allowedMinId(committed: string | null): string {
 }
 
 /**
- * Caps `requested` at what every live group allows. Returns the MINID to trim
- * to (null: nothing may go) and the groups that lowered it.
+ * Caps `requested` at what every live group allows: nothing it has not committed, nor its oldest
+ * parked entry (`parkedFloor`: a parked key holds the log back like a slow group). Returns the MINID to
+ * trim to (null: nothing may go) and the groups that lowered it.
  */
 export function capMinId(
   requested: string | null,
-  liveOffsets: ReadonlyArray<{ group: string; committed: string | null }>,
+  liveOffsets: ReadonlyArray<{ group: string; committed: string | null; parkedFloor?: string | null }>,
 ): { minId: string | null; heldBackBy: string[] } {
   if (requested === null) return { minId: null, heldBackBy: [] };
   let minId = requested;
   const heldBackBy: string[] = [];
-  for (const { group, committed } of liveOffsets) {
-    const allowed = allowedMinId(committed);
+  for (const { group, committed, parkedFloor } of liveOffsets) {
+    let allowed = allowedMinId(committed);
+    if (parkedFloor && compareStreamIds(parkedFloor, allowed) < 0) allowed = parkedFloor;
     if (compareStreamIds(allowed, requested) < 0) heldBackBy.push(group);
     if (compareStreamIds(allowed, minId) < 0) minId = allowed;
   }

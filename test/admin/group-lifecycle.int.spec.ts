@@ -136,6 +136,7 @@ describe('group lifecycle: registry, prune and delete against running workers', 
         '',
         '',
         '0',
+        0,
         'old-id',
       );
     }

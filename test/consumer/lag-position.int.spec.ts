@@ -220,7 +220,7 @@ describe('lag positions through the commit script', () => {
   /** Commits `to` as a worker would that read `count` entries from `from` after its last commit. */
   const commit = async (to: string, from: string, count: number, verify: '0' | '1'): Promise<void> => {
     const k = [keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), keys.recovery('g', 0), keys.stream(0)] as const;
-    expect(await client.eventrailCommitOffset(...k, token, to, 60_000, 0, since, from, count, verify)).toBe(1);
+    expect(await client.eventrailCommitOffset(...k, token, to, 60_000, 0, since, from, count, verify, 0)).toBe(1);
     since = to;
   };
 

@@ -30,6 +30,11 @@ const TWO_VALUES: { [K in keyof Required<ConsumerOptions>]: () => [ConsumerOptio
   handlerTimeoutMs: () => [1_100, 1_200],
   enableIdempotency: () => [true, false],
   idempotencyTtlMs: () => [71_000, 72_000],
+  ordering: () => ['key', 'unordered'],
+  redelivery: () => [
+    { delayMs: 1_000, factor: 2, maxDelayMs: 300_000, maxAgeMs: 3_600_000 },
+    { delayMs: 1_001, factor: 2, maxDelayMs: 300_000, maxAgeMs: 3_600_000 },
+  ],
 };
 
 type Method = { method: string; event: string; options?: Omit<OnEventGroupOptions, 'group'>; group?: string };

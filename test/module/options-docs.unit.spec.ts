@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CLOUD_EVENTS_SOURCE_OPTION_NAMES } from '../../lib/cloudevents/cloud-events-source.options';
 import { KNOWN as INGRESS_OPTION_NAMES } from '../../lib/cloudevents/cloud-events-ingress.options';
-import { BATCH_OPTION_NAMES, CONSUMER_OPTION_NAMES } from '../../lib/consumer/consumer.options';
+import { BATCH_OPTION_NAMES, CONSUMER_OPTION_NAMES, REDELIVERY_OPTION_NAMES } from '../../lib/consumer/consumer.options';
 import { KNOWN as DASHBOARD_OPTION_NAMES } from '../../lib/dashboard/dashboard.options';
 import { OPTION_NAMES as HEALTH_OPTION_NAMES } from '../../lib/health/eventrail-health.indicator';
 import { CLIENT_OPTION_NAMES, SERVER_OPTION_NAMES } from '../../lib/microservices/transport.options';
@@ -19,6 +19,7 @@ const OPTIONS_PAGE = join(__dirname, '../../docs/reference/options.md');
 const PARTS: Record<string, readonly string[]> = {
   module: MODULE_OPTION_NAMES,
   consumer: CONSUMER_OPTION_NAMES,
+  redelivery: REDELIVERY_OPTION_NAMES,
   batch: BATCH_OPTION_NAMES,
   'redis-cluster': CLUSTER_OPTION_NAMES,
   // Every other key of `redis.sentinel` is an ioredis option, refused when not in ioredis's list.

@@ -87,6 +87,7 @@ describe('scripts with many arguments', () => {
       '',
       '',
       '0',
+      0,
       ...ids,
     );
     expect(result).toBe(1);
@@ -113,6 +114,7 @@ describe('scripts with many arguments', () => {
         '',
         '',
         '0',
+        0,
         'a',
         'b',
       ),
@@ -133,6 +135,7 @@ describe('scripts with many arguments', () => {
         '',
         '',
         '0',
+        0,
       ),
     ).rejects.toThrow(/not a stream id: not-an-id/);
     expect(await redis.get(keys.offset('g', 0))).toBe('0-0');
@@ -180,7 +183,7 @@ describe('scripts with many arguments', () => {
     const token = await acquire();
     const ids = Array.from({ length: 20_000 }, (_, i) => `event-${i}`);
     const g0 = [keys.lease('g', 0), keys.offset('g', 0), keys.done('g', 0), keys.recovery('g', 0), keys.stream(0)] as const;
-    await client.eventrailCommitOffset(...g0, token, '5-0', 60_000, 60_000, '', '', '', '0', ...ids);
+    await client.eventrailCommitOffset(...g0, token, '5-0', 60_000, 60_000, '', '', '', '0', 0, ...ids);
     const reset = (): Promise<string | null> =>
       client.eventrailResetOffset(
         keys.lease('g', 0),

@@ -35,6 +35,7 @@ describe('lease and commit scripts', () => {
       '',
       '',
       '0',
+      0,
     );
   const release = (token: string): Promise<number> =>
     client.eventrailReleaseLease(keys.lease('g', 0), keys.recovery('g', 0), token, token.slice(token.lastIndexOf(':') + 1));

@@ -160,10 +160,27 @@ export class PartitionLease {
    * the same atomic step: still one script call. Rejects when Redis did not
    * answer: whether it landed is then unknown.
    */
-  async commit(offset: string, doneIds: readonly string[], markTtlMs: number, progress?: CommitProgress): Promise<CommitVerdict> {
+  async commit(
+    offset: string,
+    doneIds: readonly string[],
+    markTtlMs: number,
+    progress?: CommitProgress,
+    /** Parked lines changed since the last commit, stored in the same step (`'key'` and `'unordered'` ordering). */
+    parked?: ReadonlyArray<readonly [string, string]>,
+  ): Promise<CommitVerdict> {
     const { group, partition, token, ttlMs } = this;
     const sentAt = performance.now();
-    const committed = await this.redis.scripts.commitOffset({ group, partition, token, ttlMs, offset, markTtlMs, doneIds, progress });
+    const committed = await this.redis.scripts.commitOffset({
+      group,
+      partition,
+      token,
+      ttlMs,
+      offset,
+      markTtlMs,
+      doneIds,
+      progress,
+      parked,
+    });
     if (!committed) return 'fenced';
     this.extendedAt(sentAt); // the commit script extends the lease too
     return 'committed';

@@ -6,7 +6,7 @@ import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { reportedFailures } from './batch-result';
 import type { Delivery, Payload } from './delivery';
 import type { BatchBinding } from './group-plan';
-import { ABANDONED, HANDLED, type Outcome } from './outcome';
+import { ABANDONED, HANDLED, PARKED, type Outcome } from './outcome';
 import { validatedPayload } from './event-validation';
 import { retryVerdict } from './retry-policy';
 import type { StopSignal } from '../../util/stop-signal';
@@ -141,6 +141,11 @@ export class BatchProcessor {
     start: (member: Member) => RetryStart | Promise<RetryStart>,
   ): Promise<void> {
     for (const member of members) {
+      // With 'key' ordering, a message whose key parked earlier in this batch waits behind it.
+      if (this.delivery.parkedBehind(member.entry, partition)) {
+        outcomes[member.index] = PARKED;
+        continue;
+      }
       outcomes[member.index] = await this.alone(member, partition, binding, stop, await start(member));
       if (outcomes[member.index] === ABANDONED) return;
     }

@@ -4,7 +4,7 @@ import type { EventrailMessage } from '../../events/eventrail-message';
 import type { ResolvedConsumerOptions } from '../consumer.options';
 import { HandlerTimeoutError } from '../../errors/handler-timeout.error';
 import { NonRetryableError } from '../../errors/non-retryable.error';
-import { decodePayload, type MalformedEntry, type RawEntry } from '../../wire/codec';
+import { decodePayload, isMalformed, type MalformedEntry, type RawEntry } from '../../wire/codec';
 import type { GiveUpReason } from '../../wire/dead-letter.codec';
 import { escapeControls } from '../../util/control-chars';
 import { describeThrown, isInstanceOf } from '../../util/describe-error';
@@ -15,7 +15,13 @@ import { withTimeout } from '../../util/timeout';
 import type { FailureMemory } from '../coordination/failure-memory';
 import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './group-plan';
-import { GIVEN_UP, type Outcome } from './outcome';
+import { GIVEN_UP, PARKED, type Outcome } from './outcome';
+import type { ParkedLines } from './parked-lines';
+
+/** The parked lines of the partitions this process works (`'key'` and `'unordered'` ordering). */
+export interface Parking {
+  linesOf(partition: number): ParkedLines | undefined;
+}
 
 export type Payload = ReturnType<typeof decodePayload>;
 
@@ -36,7 +42,17 @@ export class Delivery {
     /** The processor's logger: retries and give-ups keep the `MessageProcessor` context that log filters know. */
     private readonly logger: Logger,
     private readonly memory?: FailureMemory,
+    /** Where a message that ran out of retries in place is parked instead of dead-lettered; absent with `'partition'` ordering. */
+    private readonly parking?: Parking,
   ) {}
+
+  /** With `'key'` ordering, when `entry`'s key is parked in its partition: parks it behind the line (no call) and answers true. */
+  parkedBehind(entry: RawEntry | MalformedEntry, partition: number): boolean {
+    const lines = this.parking?.linesOf(partition);
+    if (!lines?.holds(entry)) return false;
+    lines.behind(entry);
+    return true;
+  }
 
   /** The one place an entry's payload is read, for single and batch handlers alike. Throws when it cannot be decoded. */
   decode(entry: RawEntry): Payload {
@@ -137,8 +153,51 @@ export class Delivery {
     firstFailedAt: Date,
     lastFailedAt = firstFailedAt,
   ): Promise<Outcome> {
+    const lines = this.parking?.linesOf(partition);
+    if (lines && reason === 'retries-exhausted' && !isMalformed(entry)) {
+      if (lines.failed(entry, { error, attempts, firstFailedAt }) === 'parked') {
+        this.warnParked(entry, partition, lines, error);
+        return PARKED;
+      }
+    }
+    return this.deadLetter(entry, partition, reason, error, attempts, firstFailedAt, lastFailedAt);
+  }
+
+  /** Writes the dead letter (never parks); the head of a parked line is released, and the next message of its line takes its place. */
+  async deadLetter(
+    entry: RawEntry | MalformedEntry,
+    partition: number,
+    reason: GiveUpReason,
+    error: unknown,
+    attempts: number,
+    firstFailedAt: Date,
+    lastFailedAt = firstFailedAt,
+  ): Promise<Outcome> {
     await this.sink.accept({ group: this.group, partition, entry, reason, error, attempts, firstFailedAt, lastFailedAt });
+    const lines = this.parking?.linesOf(partition);
+    if (lines?.isHead(entry)) lines.release(lines.lineOf(entry));
     return GIVEN_UP;
+  }
+
+  private warnParked(entry: RawEntry, partition: number, lines: ParkedLines, error: unknown): void {
+    const line = lines.lineOf(entry);
+    const state = lines.state(line);
+    const inMs = state ? Math.max(0, state.n - Date.now()) : 0;
+    const what = `parked (key ${JSON.stringify(entry.key ?? null)}${line.startsWith('k:') ? ', its later messages wait behind it' : ''})`;
+    const msg = escapeControls(
+      `Event ${entry.id} (${entry.event}) failed in group "${this.group}" partition ${partition} after ${state?.a ?? 0} attempts; ${what}, next try in about ${Math.round(inMs / 1000)} s: ${describe(error)}`,
+    );
+    this.logger.warn(
+      logRecord(msg, {
+        group: this.group,
+        partition,
+        eventId: entry.id,
+        event: entry.event,
+        offset: entry.offset,
+        attempt: state?.a,
+        key: entry.key,
+      }),
+    );
   }
 }
 

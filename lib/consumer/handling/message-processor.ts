@@ -13,7 +13,7 @@ import type { Semaphore } from '../../util/semaphore';
 import type { StopSignal } from '../../util/stop-signal';
 import type { FailureMemory } from '../coordination/failure-memory';
 import { BatchProcessor } from './batch-processor';
-import { Delivery, describe, type Payload } from './delivery';
+import { Delivery, describe, type Parking, type Payload } from './delivery';
 import { validatedPayload } from './event-validation';
 import type { FailedMessageSink } from './failed-message';
 import type { BatchBinding, HandlerBinding, HandlerMap } from './group-plan';
@@ -44,8 +44,10 @@ export class MessageProcessor {
     private readonly metrics: MetricsHooks,
     /** Where a failing message's first failure time is kept across workers (used with `maxRetryAgeMs` only). */
     memory?: FailureMemory,
+    /** Where messages that ran out of retries in place are parked (`'key'` and `'unordered'` ordering). */
+    parking?: Parking,
   ) {
-    this.delivery = new Delivery(group, handlers, options, sink, semaphore, this.logger, memory);
+    this.delivery = new Delivery(group, handlers, options, sink, semaphore, this.logger, memory, parking);
     this.batches = new BatchProcessor(group, options, metrics, this.delivery);
     const sizes = [...handlers.values()].flatMap((list) => list.flatMap((b) => (b.batch ? [b.batch.maxSize] : [])));
     this.hasBatchHandlers = sizes.length > 0;
@@ -64,6 +66,14 @@ export class MessageProcessor {
    */
   processBatch(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
     return this.batches.process(entries, binding, partition, stop);
+  }
+
+  /**
+   * With `'key'` ordering, when the entry's key is parked in its partition: parks it behind (no call)
+   * and answers true. False on the happy path after one size check.
+   */
+  parkedBehind(entry: RawEntry | MalformedEntry, partition: number): boolean {
+    return this.delivery.parkedBehind(entry, partition);
   }
 
   /** True when the group handles this entry; other entries are done without a call. */
@@ -109,6 +119,18 @@ export class MessageProcessor {
   giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<Outcome> {
     const error = new CrashLoopError(deliveries, this.options.maxDeliveries);
     return this.delivery.giveUp(entry, partition, 'max-deliveries', error, deliveries, new Date());
+  }
+
+  /** Dead-letters a parked head an operator gave up (`EventrailAdmin.giveUpParked`), with its last error. */
+  giveUpParked(
+    entry: RawEntry | MalformedEntry,
+    partition: number,
+    attempts: number,
+    firstFailedAt: Date,
+    lastError: string,
+  ): Promise<Outcome> {
+    const error = new Error(`given up by an operator while parked; last error: ${lastError}`);
+    return this.delivery.deadLetter(entry, partition, 'retries-exhausted', error, attempts, firstFailedAt, new Date());
   }
 
   /** A typed event: its schema checks (and parses) the data first; data that fails is dead-lettered at once as `invalid`. */

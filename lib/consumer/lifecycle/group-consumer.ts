@@ -5,7 +5,7 @@ import { readLag } from '../coordination/lag';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
-import { newGroupStats } from '../pipeline/group-stats';
+import { newGroupStats, type GroupStats } from '../pipeline/group-stats';
 import type { FailedMessageSink } from '../handling/failed-message';
 import type { HandlerMap } from '../handling/group-plan';
 import { AcquiredLease, PartitionLease } from '../coordination/lease';
@@ -14,7 +14,9 @@ import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
 import { claimGroup, releaseGroup } from '../coordination/group-claims';
 import { MessageProcessor } from '../handling/message-processor';
-import { PartitionWorker } from '../pipeline/partition-worker';
+import { ParkedLines } from '../handling/parked-lines';
+import type { Parking } from '../handling/delivery';
+import { PartitionWorker, type PartitionWorkerParams } from '../pipeline/partition-worker';
 import { Semaphore } from '../../util/semaphore';
 import { SerialTask } from '../../util/serial-task';
 
@@ -29,11 +31,15 @@ export class GroupConsumer {
   private readonly logger = new Logger(GroupConsumer.name);
   private readonly workers = new Map<number, PartitionWorker>();
   private readonly processor: MessageProcessor;
+  /** Tries a parked head once (`'key'` and `'unordered'` ordering; absent with `'partition'`). */
+  private readonly retryProcessor?: MessageProcessor;
+  /** The parked lines of the partitions this process works, by partition. */
+  private readonly parked = new Map<number, ParkedLines>();
   private readonly semaphore: Semaphore;
   private readonly membership: GroupMembership;
   private readonly bars: MemberBars;
   /** Counters since this process joined the group. */
-  readonly stats = newGroupStats();
+  readonly stats: GroupStats;
   private members: string[] = [];
   private timer?: NodeJS.Timeout;
   private running = false;
@@ -68,10 +74,28 @@ export class GroupConsumer {
     private readonly metrics: MetricsHooks,
   ) {
     this.semaphore = new Semaphore(options.concurrency);
+    this.stats = newGroupStats(options.ordering !== 'partition');
     this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
     // Renewed every tick (a third of the shorter TTL): two lease TTLs outlast any tick.
     this.bars = new MemberBars(redis, name, worker.id, 2 * options.lockTtlMs);
-    this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
+    if (options.ordering === 'partition') {
+      this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
+    } else {
+      // Parked messages are retried by the redelivery tiers: in place there are only quick retries, by count.
+      const parking: Parking = { linesOf: (partition) => this.parked.get(partition) };
+      const inPlace = { ...options, maxRetryAgeMs: 0 };
+      this.processor = new MessageProcessor(name, handlers, inPlace, sink, this.semaphore, metrics, undefined, parking);
+      this.retryProcessor = new MessageProcessor(
+        name,
+        handlers,
+        { ...inPlace, maxRetries: 0 },
+        sink,
+        this.semaphore,
+        metrics,
+        undefined,
+        parking,
+      );
+    }
   }
 
   /** Partitions this process works right now. */
@@ -128,6 +152,19 @@ export class GroupConsumer {
    */
   requestRebalance(): void {
     void this.ticker.run();
+    // The signal also carries operators' commands to parked lines (EventrailAdmin.retryParked, giveUpParked).
+    if (this.retryProcessor) {
+      for (const worker of this.activeWorkers()) {
+        worker.applyParkedCommands().catch((error: unknown) => {
+          this.logger.warn(
+            logRecord(`Group "${this.name}" partition ${worker.partition}: could not read parked-line commands: ${describeError(error)}`, {
+              group: this.name,
+              partition: worker.partition,
+            }),
+          );
+        });
+      }
+    }
   }
 
   /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
@@ -328,6 +365,7 @@ export class GroupConsumer {
       return false;
     }
     const { partition } = lease;
+    const parking = this.parkingFor(partition);
     const worker = new PartitionWorker({
       lease,
       committed,
@@ -339,6 +377,7 @@ export class GroupConsumer {
       semaphore: this.semaphore,
       options: this.options,
       onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
+      parking,
     });
     this.workers.set(partition, worker);
     worker.start((ended) => this.onWorkerEnd(ended));
@@ -349,10 +388,20 @@ export class GroupConsumer {
     return true;
   }
 
+  /** A fresh set of parked lines for a worker taking `partition` (`'key'` and `'unordered'` ordering), registered where the processors find it. */
+  private parkingFor(partition: number): PartitionWorkerParams['parking'] {
+    const { ordering, redelivery } = this.options;
+    if (ordering === 'partition' || !this.retryProcessor) return undefined;
+    const lines = new ParkedLines({ mode: ordering, redelivery, now: () => this.redis.clock.now() });
+    this.parked.set(partition, lines);
+    return { lines, retryProcessor: this.retryProcessor };
+  }
+
   private onWorkerEnd(worker: PartitionWorker): void {
     // Wait for its stop to finish (commit, release) before the slot counts as free.
     void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
       if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
+      if (worker.parkedLines && this.parked.get(worker.partition) === worker.parkedLines) this.parked.delete(worker.partition);
       if (!worker.wasLost) {
         this.metrics.emit('onLeaseReleased', this.name, worker.partition);
         return;

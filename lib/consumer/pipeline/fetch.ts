@@ -5,7 +5,7 @@ import type { GroupStats } from './group-stats';
 import { formUnits, type Route, type Unit } from '../handling/batch-units';
 import type { BatchBinding } from '../handling/group-plan';
 import type { MessageProcessor } from '../handling/message-processor';
-import { HANDLED, type Outcome } from '../handling/outcome';
+import { HANDLED, PARKED, type Outcome } from '../handling/outcome';
 import type { Semaphore } from '../../util/semaphore';
 import type { StopSignal } from '../../util/stop-signal';
 import { describeError, errorStack } from '../../util/describe-error';
@@ -24,6 +24,8 @@ export interface FetchContext {
   stats: GroupStats;
   group: string;
   metrics: MetricsHooks;
+  /** True with `'key'` ordering: an entry whose key is parked in the partition is parked behind it, not run. */
+  parked: boolean;
 }
 
 /**
@@ -142,8 +144,11 @@ export class Fetch {
   }
 
   /** One batch handler call over `indexes` (retries and the split included), under one permit. */
-  private async runBatchUnit(indexes: number[], batch: BatchBinding): Promise<boolean> {
+  private async runBatchUnit(all: number[], batch: BatchBinding): Promise<boolean> {
     const { processor, semaphore, stop, partition, metrics } = this.context;
+    // Messages of a parked key wait behind it; the rest of the batch goes on.
+    const indexes = this.context.parked ? all.filter((i) => !this.parkedBehind(i)) : all;
+    if (indexes.length === 0) return true;
     if (!semaphore.tryAcquire()) await semaphore.acquire();
     const started = metrics.wantsDuration ? performance.now() : 0;
     let outcomes: Outcome[];
@@ -174,7 +179,7 @@ export class Fetch {
         this.passOver(i);
         continue;
       }
-      if (this.isDuplicate(i)) continue;
+      if (this.isDuplicate(i) || this.parkedBehind(i)) continue;
       // Inlined runOne: this loop is the drain hot path, one frame per entry less.
       if (!semaphore.tryAcquire()) await semaphore.acquire();
       const started = this.context.metrics.wantsDuration ? performance.now() : 0;
@@ -215,7 +220,7 @@ export class Fetch {
   }
 
   private async runOne(index: number): Promise<boolean> {
-    if (this.isDuplicate(index)) return true;
+    if (this.isDuplicate(index) || this.parkedBehind(index)) return true;
     const { processor, semaphore, stop, partition } = this.context;
     if (!semaphore.tryAcquire()) await semaphore.acquire();
     const started = this.context.metrics.wantsDuration ? performance.now() : 0;
@@ -236,7 +241,9 @@ export class Fetch {
     this.done[index] = 1;
     const { stats, metrics } = this.context;
     const { alreadyDone } = this;
-    if (outcome === HANDLED) {
+    if (outcome === PARKED) {
+      stats.parked = (stats.parked ?? 0) + 1;
+    } else if (outcome === HANDLED) {
       stats.handled++;
       if (metrics.wantsDuration) {
         metrics.emit('onMessageProcessed', this.context.group, (this.entries[index] as RawEntry).event, performance.now() - started);
@@ -261,6 +268,15 @@ export class Fetch {
     this.done[index] = 1;
     stats.skippedDuplicates++;
     metrics.emit('onMessageSkipped', this.context.group, 'duplicate', entry.offset);
+    return true;
+  }
+
+  /** With `'key'` ordering, an entry whose key is parked: parked behind it, done here without a call. */
+  private parkedBehind(index: number): boolean {
+    if (!this.context.parked || !this.context.processor.parkedBehind(this.entries[index], this.context.partition)) return false;
+    this.done[index] = 1;
+    const { stats } = this.context;
+    stats.parked = (stats.parked ?? 0) + 1;
     return true;
   }
 

@@ -6,8 +6,10 @@ export interface GroupStats {
   deadLettered: number;
   /** Entries skipped because idempotency found their event id already done. */
   skippedDuplicates: number;
+  /** Entries parked (`'key'` and `'unordered'` ordering only): failed heads and the messages parked behind them. */
+  parked?: number;
 }
 
-export function newGroupStats(): GroupStats {
-  return { handled: 0, deadLettered: 0, skippedDuplicates: 0 };
+export function newGroupStats(parking = false): GroupStats {
+  return parking ? { handled: 0, deadLettered: 0, skippedDuplicates: 0, parked: 0 } : { handled: 0, deadLettered: 0, skippedDuplicates: 0 };
 }

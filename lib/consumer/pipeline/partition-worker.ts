@@ -17,6 +17,8 @@ import type { MessageProcessor } from '../handling/message-processor';
 import { PartitionReader } from './partition-reader';
 import { ReadTally } from './read-tally';
 import { RecoveryWindow } from '../coordination/recovery-window';
+import { ParkedLines } from '../handling/parked-lines';
+import { ParkedRedelivery } from './parked-redelivery';
 import type { Semaphore } from '../../util/semaphore';
 import { StopSignal } from '../../util/stop-signal';
 
@@ -55,6 +57,11 @@ export interface PartitionWorkerParams {
   options: ResolvedConsumerOptions;
   /** Told of every commit that landed (what `EventrailConsumers.settled()` waits on). */
   onCommitted?: (partition: number, offset: string) => void;
+  /**
+   * With `'key'` or `'unordered'` ordering: this partition's parked lines (loaded when the worker
+   * starts, written with its commits) and the processor that tries a parked head once.
+   */
+  parking?: { lines: ParkedLines; retryProcessor: MessageProcessor };
 }
 
 /**
@@ -101,6 +108,10 @@ export class PartitionWorker {
   private readonly readSize: number;
   /** Counts what each commit moves over, for the offset's lag position. */
   private readonly tally: ReadTally;
+  /** The newest mark queued for commit: what a commit that only stores parked lines carries. */
+  private lastMark?: string;
+  /** Brings parked messages back (`'key'` and `'unordered'` ordering). */
+  private redelivery?: ParkedRedelivery;
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
@@ -112,7 +123,16 @@ export class PartitionWorker {
     this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
-    this.fetchContext = { partition: lease.partition, processor, semaphore, stop: this.stop, stats, group: lease.group, metrics };
+    this.fetchContext = {
+      partition: lease.partition,
+      processor,
+      semaphore,
+      stop: this.stop,
+      stats,
+      group: lease.group,
+      metrics,
+      parked: options.ordering === 'key',
+    };
   }
 
   get partition(): number {
@@ -131,6 +151,11 @@ export class PartitionWorker {
   /** The offset this worker last committed (or found when it took the partition). */
   get committedOffset(): string {
     return this.committed;
+  }
+
+  /** This partition's parked lines (`'key'` and `'unordered'` ordering). */
+  get parkedLines(): ParkedLines | undefined {
+    return this.params.parking?.lines;
   }
 
   /** True when the worker ended because its lease was taken over. */
@@ -169,7 +194,7 @@ export class PartitionWorker {
     if (finishBatch) this.drain();
     else this.halt();
     const finished = await withTimeout(
-      (this.loop ?? Promise.resolve()).then(() => true),
+      Promise.all([this.loop, this.redelivery?.stop()]).then(() => true),
       timeoutMs,
       () => false,
     );
@@ -187,6 +212,7 @@ export class PartitionWorker {
       if (this.lost) return;
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
+      else if (this.params.parking?.lines.hasChanges) await this.commit(this.committed);
       if (!this.lost) await this.params.lease.release();
     } catch (error) {
       this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
@@ -206,10 +232,12 @@ export class PartitionWorker {
   private halt(): void {
     this.drain();
     this.stop.fire();
+    void this.redelivery?.stop();
   }
 
   /** The whole cycle: receive a batch, take it on, repeat until stopped or fenced. */
   private async run(): Promise<void> {
+    if (this.params.parking && !(await this.loadParked())) return;
     this.readFrom(this.cursor);
     while (!this.draining) {
       const received = await this.receive();
@@ -322,6 +350,72 @@ export class PartitionWorker {
   }
 
   /**
+   * Loads the partition's parked lines before the first read (entries of a parked key must wait behind
+   * it from the first one on), counts the redeliveries a dead owner left running, and arms the
+   * redelivery timer. One HGETALL per partition taken; none per batch. False once stopping.
+   */
+  private async loadParked(): Promise<boolean> {
+    const { lines, retryProcessor } = this.params.parking!;
+    const { redis, lease, options, processor, semaphore, stats } = this.params;
+    for (;;) {
+      try {
+        const fields = await redis.client.hgetall(redis.keys.recovery(lease.group, lease.partition));
+        const dropped = lines.load(fields);
+        if (dropped.length > 0) this.logger.error(this.record(`parked lines it cannot read were dropped: ${dropped.join(', ')}`));
+        lines.countCrashes();
+        await this.applyParkedCommands(fields);
+        break;
+      } catch (error) {
+        this.logger.warn(this.record(`could not load the parked lines (${describeError(error)}); retrying`));
+        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return false;
+      }
+    }
+    if (this.draining) return false;
+    this.redelivery = new ParkedRedelivery({
+      lines,
+      redis,
+      streamKey: this.streamKey,
+      origin: this.origin,
+      group: lease.group,
+      partition: lease.partition,
+      processor,
+      retryProcessor,
+      semaphore,
+      stop: this.stop,
+      stats,
+      maxDeliveries: options.maxDeliveries,
+      persist: (handledIds) => this.persistParked(handledIds),
+      isDone: options.enableIdempotency ? async (entry) => (await this.doneIds([entry])).has(entry.id) : undefined,
+    });
+    this.redelivery.schedule();
+    return true;
+  }
+
+  /**
+   * Applies the operators' commands left in the recovery hash (`EventrailAdmin.retryParked`,
+   * `giveUpParked`), then removes them: read from `fields`, or from Redis when told of them.
+   */
+  async applyParkedCommands(fields?: Record<string, string>): Promise<void> {
+    const parking = this.params.parking;
+    if (!parking || this.draining) return;
+    const { redis, lease } = this.params;
+    const hash = redis.keys.recovery(lease.group, lease.partition);
+    const commands = ParkedLines.commands(fields ?? (await redis.client.hgetall(hash)));
+    if (commands.length === 0) return;
+    for (const command of commands) parking.lines.apply(command);
+    await redis.client.hdel(hash, ...commands.map((c) => c.field));
+    this.redelivery?.schedule();
+  }
+
+  /** Writes what changed in the parked lines (and the done-marks of `handledIds`) with a commit, and waits for it. */
+  private persistParked(handledIds: readonly string[]): Promise<boolean> {
+    if (this.lost) return Promise.resolve(false);
+    if (handledIds.length === 0 && !this.params.parking?.lines.hasChanges) return Promise.resolve(true);
+    this.commits.push(this.lastMark ?? this.committed, handledIds);
+    return this.commits.flush();
+  }
+
+  /**
    * Queues the commit of `mark` without waiting for it: it travels while the
    * next batch is handled, merged with the next batches' marks while another
    * commit is in flight or was sent less than `COMMIT_SPACING_MS` ago. A
@@ -331,7 +425,12 @@ export class PartitionWorker {
    */
   private commitPipelined(mark: string | undefined, handledIds: readonly string[], wait: boolean): boolean | Promise<boolean> {
     if (this.lost) return false;
-    if (mark !== undefined) this.commits.push(mark, handledIds);
+    if (mark !== undefined) {
+      this.lastMark = mark;
+      this.commits.push(mark, handledIds);
+    }
+    // While lines are parked, the redelivery timer is set again for the earliest one (this fetch may have parked more).
+    if (this.redelivery && this.params.parking!.lines.size > 0) this.redelivery.schedule();
     return wait ? this.commits.flush() : true;
   }
 
@@ -416,7 +515,14 @@ export class PartitionWorker {
     const { options, lease } = this.params;
     let verdict: 'committed' | 'fenced';
     try {
-      verdict = await lease.commit(offset, doneIds, options.enableIdempotency ? options.idempotencyTtlMs : 0, this.tally.advance(offset));
+      const parked = this.params.parking?.lines.takeChanges();
+      verdict = await lease.commit(
+        offset,
+        doneIds,
+        options.enableIdempotency ? options.idempotencyTtlMs : 0,
+        this.tally.advance(offset),
+        parked,
+      );
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
       // (by this worker too) from whatever offset Redis holds.

@@ -23,7 +23,13 @@
           both included ("" when unknown)
   ARGV[8] "1" to check the position against XINFO STREAM now (the caller
           asks for it now and then), else "0"
-  ARGV[9..] event ids to mark done
+  ARGV[9] n: how many parked lines change in this commit ("0" on the happy path)
+  ARGV[10..9+2n] pairs of a parked line's field ("park:<line>") and its new
+          state (JSON), or "" when the line is released. Written in the same
+          step as the offset: an entry is never committed past before the line
+          that holds it is stored. The "parkedFloor" field (the oldest parked
+          entry, which retention keeps) is worked out again from every line.
+  ARGV[10+2n..] event ids to mark done
 
   Returns 1 committed (or already at/after that id), 0 fenced (lease lost).
 
@@ -66,13 +72,21 @@ local current = rcall("GET", KEYS[2])
 local offset = checked(ARGV[2], "the new offset")
 local advance = (not current) or idCompare(offset, checked(current, "the committed offset")) > 0
 
+local parkedChanges = tonumber(ARGV[9]) or error("eventrail commitOffset: the parked-line count is not a number: " .. tostring(ARGV[9]))
+local firstId = 10 + 2 * parkedChanges
+for i = 10, firstId - 1, 2 do
+  if string.sub(ARGV[i], 1, 5) ~= "park:" then
+    error("eventrail commitOffset: not a parked line field: " .. ARGV[i])
+  end
+end
+
 local markTtl = tonumber(ARGV[4])
-if markTtl > 0 and #ARGV > 8 then
+if markTtl > 0 and #ARGV >= firstId then
   local time = rcall("TIME")
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   local expiry = now + markTtl
   local args = {}
-  for i = 9, #ARGV do
+  for i = firstId, #ARGV do
     args[#args + 1] = expiry
     args[#args + 1] = ARGV[i]
     if #args >= CHUNK then
@@ -116,6 +130,29 @@ if advance then
   local failingAt = rcall("HGET", KEYS[4], "failingAt")
   if failingAt and string.match(failingAt, "^%d+-%d+$") and idCompare(offset, failingAt) >= 0 then
     rcall("HDEL", KEYS[4], "failingAt", "failingSince")
+  end
+end
+-- Parked lines: set or released, then the floor (the first id of the oldest line) again.
+if parkedChanges > 0 then
+  for i = 10, firstId - 1, 2 do
+    if ARGV[i + 1] == "" then
+      rcall("HDEL", KEYS[4], ARGV[i])
+    else
+      rcall("HSET", KEYS[4], ARGV[i], ARGV[i + 1])
+    end
+  end
+  local floor
+  local fields = rcall("HGETALL", KEYS[4])
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 5) == "park:" then
+      local first = string.match(fields[i + 1], '"ids":%["(%d+%-%d+)"')
+      if first and (not floor or idCompare(first, floor) < 0) then floor = first end
+    end
+  end
+  if floor then
+    rcall("HSET", KEYS[4], "parkedFloor", floor)
+  else
+    rcall("HDEL", KEYS[4], "parkedFloor")
   end
 end
 -- Neither can fail once the checks above passed.

@@ -4,7 +4,8 @@
   or renewal fails and it drops the partition, then takes it again from the
   new offset. Recorded as a clean release, so no crash is counted. The
   group's idempotency marks in the partition go too: a reset asks for the
-  entries to be handled again. The new offset's lag position (see
+  entries to be handled again. So do its parked lines (and their floor): the
+  entries they held are handled again from the new offset, like the rest. The new offset's lag position (see
   stream-position.lua) is set when the stream tells it (the start, the end,
   before the first entry), or from the caller's count, else forgotten.
 
@@ -52,7 +53,12 @@ local position, anchor = plainPosition(facts, ARGV[1])
 if not position then position, anchor = countedPosition(facts), ARGV[1] end
 storePosition(KEYS[4], ARGV[1], position, anchor)
 -- Entries handled again get a fresh retry budget (markFailure-1.lua).
-rcall("HDEL", KEYS[4], "failingAt", "failingSince")
+rcall("HDEL", KEYS[4], "failingAt", "failingSince", "parkedFloor")
+-- HGETALL rather than HKEYS: the documented ACL rules allow it.
+local fields = rcall("HGETALL", KEYS[4])
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 5) == "park:" then rcall("HDEL", KEYS[4], fields[i]) end
+end
 rcall("DEL", KEYS[5])
 rcall("DEL", KEYS[1])
 rcall("SET", KEYS[2], ARGV[1])

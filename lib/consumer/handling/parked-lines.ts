@@ -1,0 +1,336 @@
+import type { RedeliveryOptions } from '../consumer.options';
+import { isMalformed, type MalformedEntry, type RawEntry } from '../../wire/codec';
+import { compareStreamIds, isStreamId } from '../../wire/stream-id';
+import { describeThrown } from '../../util/describe-error';
+
+/** The prefix of a parked line's field in its partition's recovery hash. */
+export const PARKED_FIELD_PREFIX = 'park:';
+/**
+ * The prefix of an operator's command to the owner (`parkcmd:retry:*`, `parkcmd:retry:k:<key>`,
+ * `parkcmd:give-up:k:<key>`), a field of the same hash that the owner applies and removes.
+ */
+export const PARKED_COMMAND_PREFIX = 'parkcmd:';
+
+/** An operator's command found in the recovery hash. */
+export interface ParkedCommand {
+  field: string;
+  op: 'retry' | 'give-up';
+  /** The key it is for; undefined for every line. */
+  key?: string;
+  /** `give-up`: the heads it gives up (those the operator saw), so a command applied twice never gives up the next head. */
+  heads: string[];
+}
+/** The longest error text a line keeps. */
+const ERROR_CHARS = 500;
+
+/**
+ * A parked line as stored, the value of its `park:<line>` field (JSON, `ids` first: the commit script
+ * finds the line's first entry there without decoding it). Times are on Redis's clock.
+ */
+export interface ParkedLineState {
+  /** Stream ids of the parked entries, in log order; the first is the head, the one tried. */
+  ids: string[];
+  /** The key of the line's messages (`''` for keyless ones); in `'unordered'` mode a line is one message of it. */
+  k: string;
+  /** Failed attempts of the head, in place and redelivered; 0 for a head not tried yet. */
+  a: number;
+  /** When the head first failed (ms), 0 when it has not yet. */
+  f: number;
+  /** When the head is tried next (ms). */
+  n: number;
+  /** The head's last error, `Name: message`. */
+  e: string;
+  /** The newest id ever parked in the line: an entry at or before it is in the line already (read again after a restart). */
+  t: string;
+  /** 1 while a redelivery of the head runs: found so by a new owner, the attempt died with its worker. */
+  r: 0 | 1;
+  /** Redeliveries of the head that died with their worker (`maxDeliveries` bounds them). */
+  c: number;
+  /** 1 when an operator gave the head up (`EventrailAdmin.giveUpParked`): it is dead-lettered at its next turn, at once. */
+  g?: 1;
+}
+
+/** What parking a message that ran out of retries in place (or failing its redelivery) came to. */
+export type ParkVerdict = 'parked' | 'give-up';
+
+/** A failure as the retry code knows it. */
+export interface ParkedFailure {
+  error: unknown;
+  /** The attempt that just failed (from 1). */
+  attempts: number;
+  firstFailedAt: Date;
+}
+
+/** What a partition's parked lines need to know. */
+export interface ParkedLinesConfig {
+  mode: 'key' | 'unordered';
+  redelivery: Required<RedeliveryOptions>;
+  /** Redis's clock (ms): every time a line stores is on it, so skewed workers agree. */
+  now: () => number;
+  random?: () => number;
+}
+
+/**
+ * The parked lines of one partition as its owner holds them: loaded once when it takes the partition,
+ * changed in memory as messages park, are parked behind, succeed or are given up, and written with the
+ * next commit (`takeChanges`), in the same atomic step as the offset (commitOffset-5.lua). A line is a
+ * key's failing head and the later messages of that key (`'key'`), or one failing message
+ * (`'unordered'`). Lines reference stream ids; the entries stay in the log (retention keeps them).
+ */
+export class ParkedLines {
+  private readonly lines = new Map<string, ParkedLineState>();
+  /** Lines changed since the last `takeChanges`: the new state, or null when released. */
+  private readonly changed = new Map<string, ParkedLineState | null>();
+  private readonly random: () => number;
+
+  constructor(private readonly config: ParkedLinesConfig) {
+    this.random = config.random ?? Math.random;
+  }
+
+  get size(): number {
+    return this.lines.size;
+  }
+
+  /** True when a line changed since the last `takeChanges`. */
+  get hasChanges(): boolean {
+    return this.changed.size > 0;
+  }
+
+  /** Messages parked in every line. */
+  get parkedCount(): number {
+    let count = 0;
+    for (const line of this.lines.values()) count += line.ids.length;
+    return count;
+  }
+
+  /** Loads the lines stored in the recovery hash `fields` (as HGETALL gives them); a field that does not parse is dropped and named. */
+  load(fields: Record<string, string>): string[] {
+    const dropped: string[] = [];
+    for (const [field, value] of Object.entries(fields)) {
+      if (!field.startsWith(PARKED_FIELD_PREFIX)) continue;
+      const line = field.slice(PARKED_FIELD_PREFIX.length);
+      const state = parseLine(value);
+      if (state) this.lines.set(line, state);
+      else {
+        dropped.push(field);
+        this.changed.set(line, null);
+      }
+    }
+    return dropped;
+  }
+
+  /** The line `entry` belongs to. */
+  lineOf(entry: RawEntry): string {
+    return this.config.mode === 'key' ? `k:${entry.key ?? ''}` : `m:${entry.offset}`;
+  }
+
+  /** True when `entry` must wait behind a parked line (`'key'` mode: its key is parked). Malformed entries wait for nobody. */
+  holds(entry: RawEntry | MalformedEntry): entry is RawEntry {
+    if (this.lines.size === 0 || this.config.mode !== 'key' || isMalformed(entry)) return false;
+    return this.lines.has(this.lineOf(entry));
+  }
+
+  /** Parks `entry` behind its key's line (it must `hold` it). An entry the line already has (read again) is not added twice. */
+  behind(entry: RawEntry): void {
+    const line = this.lineOf(entry);
+    const state = this.lines.get(line);
+    if (!state || compareStreamIds(entry.offset, state.t) <= 0) return;
+    state.ids.push(entry.offset);
+    state.t = entry.offset;
+    this.changed.set(line, state);
+  }
+
+  /**
+   * A message ran out of retries: in place (a new line, or the head of its line tried for the first
+   * time), or in its redelivery (the head of its line). `give-up` when its redelivery budget is spent
+   * (the caller dead-letters it, then calls `release`).
+   */
+  failed(entry: RawEntry, failure: ParkedFailure): ParkVerdict {
+    const { redelivery, now } = this.config;
+    const at = now();
+    const line = this.lineOf(entry);
+    let state = this.lines.get(line);
+    if (state && state.ids[0] !== entry.offset) {
+      // Not its head: cannot happen (a held entry is never tried), but the line stays in order if it does.
+      return 'give-up';
+    }
+    if (!state) {
+      state = { ids: [entry.offset], k: entry.key ?? '', a: 0, f: 0, n: 0, e: '', t: entry.offset, r: 0, c: 0 };
+      this.lines.set(line, state);
+    }
+    // The first failure as the retry code saw it, moved onto Redis's clock.
+    if (state.f === 0) state.f = at - Math.max(0, Date.now() - failure.firstFailedAt.getTime());
+    state.a += state.a === 0 ? failure.attempts : 1;
+    state.e = errorText(failure.error);
+    state.r = 0;
+    const left = state.f + redelivery.maxAgeMs - at;
+    if (left <= 0) {
+      this.changed.set(line, state);
+      return 'give-up';
+    }
+    state.n = at + Math.min(left, this.delayMs(state));
+    this.changed.set(line, state);
+    return 'parked';
+  }
+
+  /** The head of `line` is done (handled or dead-lettered): the next entry becomes the head, due at once; the line ends with its last entry. */
+  release(line: string): void {
+    const state = this.lines.get(line);
+    if (!state) return;
+    state.ids.shift();
+    if (state.ids.length === 0) {
+      this.lines.delete(line);
+      this.changed.set(line, null);
+      return;
+    }
+    Object.assign(state, { a: 0, f: 0, n: 0, e: '', r: 0, c: 0 });
+    delete state.g;
+    this.changed.set(line, state);
+  }
+
+  /** A redelivery of the head of `line` starts: stored before it runs, so a crash during it is counted by the next owner. */
+  starting(line: string): void {
+    const state = this.lines.get(line);
+    if (!state) return;
+    state.r = 1;
+    this.changed.set(line, state);
+  }
+
+  /** A redelivery was cut short (a stop): the head is due again, no attempt counted. */
+  abandoned(line: string): void {
+    const state = this.lines.get(line);
+    if (!state) return;
+    state.r = 0;
+    this.changed.set(line, state);
+  }
+
+  /** Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called once, after `load`. */
+  countCrashes(): void {
+    for (const [line, state] of this.lines) {
+      if (state.r !== 1) continue;
+      state.r = 0;
+      state.c++;
+      state.n = 0;
+      this.changed.set(line, state);
+    }
+  }
+
+  /** Applies an operator's command: every line (or the lines of its key) due at once, the heads given up with `give-up`. Returns how many lines. */
+  apply(command: ParkedCommand): number {
+    let count = 0;
+    for (const [line, state] of this.lines) {
+      if (command.key !== undefined && state.k !== command.key) continue;
+      if (command.op === 'give-up') {
+        if (!command.heads.includes(state.ids[0])) continue;
+        state.g = 1;
+      }
+      state.n = 0;
+      this.changed.set(line, state);
+      count++;
+    }
+    return count;
+  }
+
+  /** The operators' commands among the recovery hash's `fields`. */
+  static commands(fields: Record<string, string>): ParkedCommand[] {
+    const commands: ParkedCommand[] = [];
+    for (const [field, value] of Object.entries(fields)) {
+      if (!field.startsWith(PARKED_COMMAND_PREFIX)) continue;
+      const rest = field.slice(PARKED_COMMAND_PREFIX.length);
+      const op = rest.startsWith('retry:') ? 'retry' : rest.startsWith('give-up:') ? 'give-up' : undefined;
+      if (!op) continue;
+      const target = rest.slice(op.length + 1);
+      let heads: string[] = [];
+      try {
+        const parsed: unknown = JSON.parse(value);
+        if (Array.isArray(parsed)) heads = parsed.filter((id): id is string => typeof id === 'string');
+      } catch {
+        // A retry's value is only its time; a give-up without heads gives up nothing.
+      }
+      commands.push({ field, op, key: target === '*' ? undefined : target.startsWith('k:') ? target.slice(2) : undefined, heads });
+    }
+    return commands;
+  }
+
+  /** True when `entry` is the head of its line (it is being redelivered). */
+  isHead(entry: RawEntry | MalformedEntry): entry is RawEntry {
+    return !isMalformed(entry) && this.lines.get(this.lineOf(entry))?.ids[0] === entry.offset;
+  }
+
+  state(line: string): Readonly<ParkedLineState> | undefined {
+    return this.lines.get(line);
+  }
+
+  /** Lines due now, oldest due first, and when the next one that is not falls due (Redis clock ms), if any. */
+  due(): { lines: string[]; nextAt?: number } {
+    const at = this.config.now();
+    const ready: Array<[string, number]> = [];
+    let nextAt: number | undefined;
+    for (const [line, state] of this.lines) {
+      if (state.n <= at) ready.push([line, state.n]);
+      else nextAt = nextAt === undefined ? state.n : Math.min(nextAt, state.n);
+    }
+    ready.sort((a, b) => a[1] - b[1]);
+    return { lines: ready.map(([line]) => line), nextAt };
+  }
+
+  /** The lines changed since the last call, as the commit script takes them: field and state, `''` for a released line. */
+  takeChanges(): Array<[string, string]> {
+    if (this.changed.size === 0) return [];
+    const changes: Array<[string, string]> = [];
+    for (const [line, state] of this.changed) changes.push([PARKED_FIELD_PREFIX + line, state ? JSON.stringify(state) : '']);
+    this.changed.clear();
+    return changes;
+  }
+
+  /** Changes taken by a commit that did not land: written again with the next one. */
+  restore(changes: ReadonlyArray<readonly [string, string]>): void {
+    for (const [field] of changes) {
+      const line = field.slice(PARKED_FIELD_PREFIX.length);
+      if (!this.changed.has(line)) this.changed.set(line, this.lines.get(line) ?? null);
+    }
+  }
+
+  /** The wait before the head's next redelivery: `delayMs` times `factor` per redelivery already failed, capped, with equal jitter. */
+  private delayMs(state: ParkedLineState): number {
+    const { delayMs, factor, maxDelayMs } = this.config.redelivery;
+    const redeliveries = Math.max(0, state.a - 1);
+    const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(redeliveries, 60));
+    return Math.round(full / 2 + this.random() * (full / 2));
+  }
+}
+
+function errorText(error: unknown): string {
+  const { name, message } = describeThrown(error);
+  const text = `${name}: ${message}`;
+  return text.length > ERROR_CHARS ? `${text.slice(0, ERROR_CHARS - 1)}…` : text;
+}
+
+/** A stored line, or undefined when it is not one this version wrote. */
+export function parseLine(value: string): ParkedLineState | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    return undefined;
+  }
+  const s = parsed as Partial<ParkedLineState> | null;
+  if (typeof s !== 'object' || s === null || !Array.isArray(s.ids) || s.ids.length === 0) return undefined;
+  if (!s.ids.every((id) => typeof id === 'string' && isStreamId(id))) return undefined;
+  const numbers = [s.a, s.f, s.n, s.c];
+  if (!numbers.every((n) => typeof n === 'number' && Number.isFinite(n))) return undefined;
+  if (typeof s.t !== 'string' || !isStreamId(s.t) || typeof s.k !== 'string') return undefined;
+  const state: ParkedLineState = {
+    ids: s.ids,
+    k: s.k,
+    a: s.a!,
+    f: s.f!,
+    n: s.n!,
+    e: typeof s.e === 'string' ? s.e : '',
+    t: s.t,
+    r: s.r === 1 ? 1 : 0,
+    c: s.c!,
+  };
+  if (s.g === 1) state.g = 1;
+  return state;
+}
