@@ -43,7 +43,14 @@ export class BatchProcessor {
     private readonly delivery: Delivery,
   ) {}
 
-  async process(entries: readonly RawEntry[], binding: BatchBinding, partition: number, stop: StopSignal): Promise<Outcome[]> {
+  /** `firstAttempt` above 1: a parked message's redelivery, as a one-message batch. */
+  async process(
+    entries: readonly RawEntry[],
+    binding: BatchBinding,
+    partition: number,
+    stop: StopSignal,
+    firstAttempt = 1,
+  ): Promise<Outcome[]> {
     const outcomes = new Array<Outcome>(entries.length).fill(ABANDONED);
     const members: Member[] = [];
     // The checks are part of the first attempt and share its handlerTimeoutMs: all start now, so hanging ones
@@ -64,7 +71,7 @@ export class BatchProcessor {
       }
       members.push({ index, entry: entries[index], payload: checked });
     }
-    if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes, leftMs);
+    if (members.length > 0) await this.runBatch(members, binding, partition, stop, outcomes, leftMs, firstAttempt);
     return outcomes;
   }
 
@@ -87,20 +94,31 @@ export class BatchProcessor {
     stop: StopSignal,
     outcomes: Outcome[],
     checksLeftMs: number,
+    firstAttempt: number,
   ): Promise<void> {
     let firstFailedAt: Date | undefined;
-    for (let attempt = 1; ; attempt++) {
+    for (let attempt = firstAttempt; ; attempt++) {
       if (stop.stopped) return;
       const messages = members.map((m) => this.delivery.message(m.entry, m.payload, partition, attempt));
       let failures: Map<number, unknown>;
       try {
-        failures = reportedFailures(binding.name, await this.call(binding, messages, attempt === 1 ? checksLeftMs : undefined), messages);
+        failures = reportedFailures(
+          binding.name,
+          await this.call(binding, messages, attempt === firstAttempt ? checksLeftMs : undefined),
+          messages,
+        );
       } catch (error) {
         const now = new Date();
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
         // Remembered under the batch's first entry: a batch after a restart starts at the same one.
         firstFailedAt ??= await this.delivery.failingSince(members[0].entry, partition, now, error);
         const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+        if ('giveUp' in verdict && firstAttempt > 1 && members.length === 1) {
+          // A redelivered message alone: nothing to split; its failure goes where its redelivery decides.
+          const [member] = members;
+          outcomes[member.index] = await this.delivery.giveUp(member.entry, partition, verdict.giveUp, error, attempt, firstFailedAt, now);
+          return;
+        }
         if ('giveUp' in verdict) {
           // Split: each message alone, at once, with what is left of the budget.
           await this.each(members, partition, binding, stop, outcomes, () => ({

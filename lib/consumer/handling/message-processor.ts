@@ -115,6 +115,26 @@ export class MessageProcessor {
     );
   }
 
+  /**
+   * A parked head tried again (its redelivery), as attempt `attempt`: the general path; a batch
+   * handler's event goes as a one-message batch.
+   */
+  async redeliver(entry: RawEntry | MalformedEntry, partition: number, stop: StopSignal, attempt: number): Promise<Outcome> {
+    if (isMalformed(entry)) return this.delivery.giveUp(entry, partition, 'malformed', new DecodeError(entry.reason), 0, new Date());
+    const handlers = this.handlers.get(entry.event);
+    if (!handlers) return HANDLED;
+    const batch = handlers[0].batch;
+    if (batch) return (await this.batches.process([entry], batch, partition, stop, attempt))[0];
+    let payload: Payload;
+    try {
+      payload = this.delivery.decode(entry);
+    } catch (error) {
+      return this.delivery.giveUp(entry, partition, 'malformed', error, 0, new Date());
+    }
+    if (handlers[0].schema !== undefined) return this.validated(handlers[0].schema, entry, payload, handlers, partition, stop, attempt);
+    return this.attempt(entry, payload, handlers, partition, stop, attempt);
+  }
+
   /** Dead-letters the entry after the committed offset without handling it: it crashed the process `deliveries` times. */
   giveUpCrashLoop(entry: RawEntry | MalformedEntry, partition: number, deliveries: number): Promise<Outcome> {
     const error = new CrashLoopError(deliveries, this.options.maxDeliveries);
@@ -141,13 +161,14 @@ export class MessageProcessor {
     handlers: readonly HandlerBinding[],
     partition: number,
     stop: StopSignal,
+    attempt = 1,
   ): Promise<Outcome> {
     const started = performance.now();
     const checked = await validatedPayload(schema, entry.event, payload, this.options.handlerTimeoutMs);
     if (checked instanceof EventValidationError) return this.delivery.giveUp(entry, partition, 'invalid', checked, 0, new Date());
     // The check is part of the first attempt: its handlers get what is left of handlerTimeoutMs.
     const leftMs = this.options.handlerTimeoutMs - (performance.now() - started);
-    return this.attempt(entry, checked, handlers, partition, stop, 1, undefined, leftMs);
+    return this.attempt(entry, checked, handlers, partition, stop, attempt, undefined, leftMs);
   }
 
   /** Runs `handlers` for attempt `attempt` and onwards, until they all succeed or the message is given up. */

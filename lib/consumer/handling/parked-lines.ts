@@ -160,7 +160,7 @@ export class ParkedLines {
     }
     // The first failure as the retry code saw it, moved onto Redis's clock.
     if (state.f === 0) state.f = at - Math.max(0, Date.now() - failure.firstFailedAt.getTime());
-    state.a += state.a === 0 ? failure.attempts : 1;
+    state.a = Math.max(state.a + 1, failure.attempts);
     state.e = errorText(failure.error);
     state.r = 0;
     const left = state.f + redelivery.maxAgeMs - at;

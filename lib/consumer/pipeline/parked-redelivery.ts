@@ -123,9 +123,9 @@ export class ParkedRedelivery {
         // Stored before it runs: a crash during the attempt is counted by the next owner.
         lines.starting(line);
         if (!(await this.params.persist(handled.splice(0)))) return false;
-        outcome = await this.withPermit(() =>
-          (state.a === 0 ? this.params.processor : this.params.retryProcessor).process(entry, this.params.partition, this.params.stop),
-        );
+        // A head not tried yet gets the retries in place first; one that failed gets one attempt, numbered on.
+        const processor = state.a === 0 ? this.params.processor : this.params.retryProcessor;
+        outcome = await this.withPermit(() => processor.redeliver(entry, this.params.partition, this.params.stop, state.a + 1));
       }
       if (outcome === ABANDONED) {
         lines.abandoned(line);
