@@ -14,6 +14,7 @@ import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { PublishManyError, type PublishOutcome } from '../errors/publish-many.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
+import type { AppendManyDedupInput, AppendManyDedupReply, PackedEvents, RunGuard } from '../redis/eventrail-scripts';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
 import { partitionForKey } from '../wire/partitioner';
@@ -94,6 +95,19 @@ const MAX_KEY_LENGTH = 1024;
  * call arrived holds that run back (reported not appended): never a gap.
  */
 const RUN_GUARD_TTL_MS = 300_000;
+
+/** One run of `buildRuns`: consecutive events of one partition, sent as one command. */
+interface Run {
+  partition: number;
+  /** The events' indexes in the call. */
+  indexes: number[];
+  /** Its events carry ids and go through producer dedup. */
+  deduped: boolean;
+  ids: string[];
+  events: PackedEvents;
+  /** Set when the partition takes more than one run in the call. */
+  guard?: RunGuard;
+}
 
 interface Prepared {
   /** The event's name, for errors. */
@@ -343,8 +357,9 @@ export class EventrailPublisher {
       if (!waited) return { replies, confirmed: Infinity };
       return { replies, confirmed: await waited.then(Number, () => 0) };
     }
+    // A Cluster: one partition's events (`append` splits them), as one pipeline to its node.
     const pipeline = client.pipeline();
-    for (const p of prepared) {
+    const queueOne = (p: Prepared): void => {
       if (p.dedup && p.id !== undefined)
         this.redis.scripts.queuePublishDedup(pipeline, {
           partition: p.partition,
@@ -353,75 +368,91 @@ export class EventrailPublisher {
           fields: p.fields,
         });
       else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
-    }
-    if (!replicated) return { replies: (await pipeline.exec()) ?? [], confirmed: Infinity };
-    pipeline.wait(replicas, timeoutMs);
+    };
+    // A publishMany goes as runs here too, so what lands is a prefix (see `buildRuns`); each queued command is one run.
+    const runs: Run[] = [];
+    if (streamed && prepared.length > 1 && this.appendManyWorks()) {
+      this.buildRuns(prepared, STREAMED_RUN_EVENTS, (run) => {
+        runs.push(run);
+        if (run.indexes.length === 1 && !run.guard) queueOne(prepared[run.indexes[0]]);
+        else this.redis.scripts.queueAppendManyDedup(pipeline, this.runInput(run));
+      });
+    } else for (const p of prepared) queueOne(p);
+    if (replicated) pipeline.wait(replicas, timeoutMs);
     const answered = (await pipeline.exec()) ?? [];
-    const [waitError, confirmed] = answered.pop() ?? [new Error('no reply to WAIT'), 0];
-    return { replies: answered, confirmed: waitError ? 0 : Number(confirmed) };
+    let confirmed = Infinity;
+    if (replicated) {
+      const [waitError, count] = answered.pop() ?? [new Error('no reply to WAIT'), 0];
+      confirmed = waitError ? 0 : Number(count);
+    }
+    if (runs.length === 0) return { replies: answered, confirmed };
+    runs.forEach((run, r) => {
+      const [error, reply] = answered[r] ?? [new Error('no reply'), null];
+      if (run.indexes.length === 1 && !run.guard) replies[run.indexes[0]] = [error, reply];
+      else if (error) for (const index of run.indexes) replies[index] = [error, null];
+      else this.settleRunReply(replies, run.indexes, reply as AppendManyDedupReply, run.deduped);
+    });
+    return { replies, confirmed };
   }
 
   /**
-   * Sends `prepared` as runs: per partition, in order, consecutive events
-   * without their own id go as one appendMany script call, and consecutive
-   * events with producer dedup as one appendManyDedup call (at most
-   * `RUN_EVENTS` events and about `RUN_BYTES` of fields each, so a call stays
-   * far below Redis's query buffer limit); a run of one is a plain append.
-   * Order holds per partition, which is what is promised; the commands leave
-   * in the order they are sent here. With `sendNow` (a `publishMany`), runs
-   * hold at most `STREAMED_RUN_EVENTS` and each leaves at once, so Redis
-   * starts on it while the next is built; single appends leave with what
-   * follows them.
+   * Sends `prepared` as runs (see `buildRuns`) on the publisher's connection:
+   * a run of one as a plain append, a run of events without ids as one
+   * appendMany call, a run with producer dedup or a guard as one
+   * appendManyDedup call. The commands leave in the order they are sent here.
+   * With `sendNow` (a `publishMany`), runs hold at most `STREAMED_RUN_EVENTS`
+   * and each leaves at once, so Redis starts on it while the next is built;
+   * single appends leave with what follows them.
+   */
+  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
+    const { scripts } = this.redis;
+    this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, (run) => {
+      const { indexes, guard } = run;
+      if (indexes.length === 1 && !guard) sent.push(this.settleInto(replies, indexes[0], this.appendOne(prepared[indexes[0]])));
+      else if (!run.deduped && !guard) sent.push(this.settleRun(replies, indexes, scripts.appendMany(run.partition, run.events)));
+      else sent.push(this.settleDedupRun(replies, indexes, scripts.appendManyDedup(this.runInput(run)), run.deduped));
+      if (indexes.length > 1 || guard) sendNow?.();
+    });
+  }
+
+  /**
+   * Cuts `prepared` into runs and hands each to `emit` as soon as it is
+   * built: per partition, in order, consecutive events without their own id,
+   * or consecutive events with producer dedup (at most `most` events and
+   * about `RUN_BYTES` of fields each, so a call stays far below Redis's query
+   * buffer limit). Order holds per partition, which is what is promised.
    *
-   * A partition that takes more than one run gets them all as guarded
-   * appendManyDedup calls (a window of 0 for events without ids): Redis
+   * A partition that takes more than one run gets a guard on each: Redis
    * counts a command's own arguments against `maxmemory`, so it can refuse a
    * big run and take the small one after it, and the guard makes each run
    * land only when the runs before it did. What lands is then a prefix of
    * what was sent to the partition. A partition of one run, the common case,
-   * is sent as before and costs nothing more.
+   * has no guard and costs nothing more.
    */
-  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
-    const most = sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS;
+  private buildRuns(prepared: Prepared[], most: number, emit: (run: Run) => void): void {
     const byPartition = new Map<number, number[]>();
     for (let i = 0; i < prepared.length; i++) {
       const indexes = byPartition.get(prepared[i].partition);
       if (indexes) indexes.push(i);
       else byPartition.set(prepared[i].partition, [i]);
     }
-    const { scripts } = this.redis;
-    const windowMs = this.options.dedupWindowMs;
     for (const [partition, indexes] of byPartition) {
       let run: number[] = [];
       let deduped = false;
       let ids: string[] = [];
-      let args: Array<string | number> = [];
+      let events: Array<string | number> = [];
       let bytes = 0;
       let runsBefore = 0;
       let call: string | undefined;
       const flush = (more: boolean): void => {
         if (run.length === 0) return;
-        if (runsBefore === 0 && !more) {
-          if (run.length === 1) sent.push(this.settleInto(replies, run[0], this.appendOne(prepared[run[0]])));
-          else if (!deduped) sent.push(this.settleRun(replies, run, scripts.appendMany(partition, args)));
-          else sent.push(this.settleDedupRun(replies, run, scripts.appendManyDedup({ partition, ids, windowMs, events: args }), true));
-        } else {
-          call ??= nextCallId();
-          const guard = { call, runsBefore, more, ttlMs: RUN_GUARD_TTL_MS };
-          const append = scripts.appendManyDedup({
-            partition,
-            ids: deduped ? ids : [],
-            windowMs: deduped ? windowMs : 0,
-            events: args,
-            guard,
-          });
-          sent.push(this.settleDedupRun(replies, run, append, deduped));
-        }
-        if (run.length > 1 || runsBefore > 0 || more) sendNow?.();
+        let guard: RunGuard | undefined;
+        if (runsBefore > 0 || more) guard = { call: (call ??= nextCallId()), runsBefore, more, ttlMs: RUN_GUARD_TTL_MS };
+        emit({ partition, indexes: run, deduped, ids, events, guard });
         runsBefore++;
         run = [];
         ids = [];
-        args = [];
+        events = [];
         bytes = 0;
       };
       for (let j = 0; j < indexes.length; j++) {
@@ -431,9 +462,9 @@ export class EventrailPublisher {
         if (dedup !== deduped) flush(true);
         deduped = dedup;
         if (dedup) ids.push(p.id as string);
-        args.push(p.fields.length);
+        events.push(p.fields.length);
         for (const field of p.fields) {
-          args.push(field);
+          events.push(field);
           bytes += field.length;
         }
         run.push(index);
@@ -441,6 +472,11 @@ export class EventrailPublisher {
       }
       flush(false);
     }
+  }
+
+  /** The appendManyDedup call of `run`: a window of 0 (every event appended) when its events have no ids. */
+  private runInput({ partition, deduped, ids, events, guard }: Run): AppendManyDedupInput {
+    return { partition, ids: deduped ? ids : [], windowMs: deduped ? this.options.dedupWindowMs : 0, events, guard };
   }
 
   /** Records one append's outcome at `index`. */
@@ -476,16 +512,24 @@ export class EventrailPublisher {
     deduped: boolean,
   ): Promise<void> {
     return append.then(
-      ([offsets, duplicates, failure]) => {
-        for (let i = 0; i < run.length; i++) {
-          if (i >= offsets.length) replies[run[i]] = [new AppendRefused(failure ?? 'not appended'), null];
-          else replies[run[i]] = [null, deduped ? [offsets[i], duplicates[i]] : offsets[i]];
-        }
-      },
+      (reply) => this.settleRunReply(replies, run, reply, deduped),
       (error: unknown) => {
         for (const index of run) replies[index] = [asError(error), null];
       },
     );
+  }
+
+  /** Records an appendManyDedup reply for the events of `run` (see `settleDedupRun`). */
+  private settleRunReply(
+    replies: AppendReply[],
+    run: number[],
+    [offsets, duplicates, failure]: AppendManyDedupReply,
+    deduped: boolean,
+  ): void {
+    for (let i = 0; i < run.length; i++) {
+      if (i >= offsets.length) replies[run[i]] = [new AppendRefused(failure ?? 'not appended'), null];
+      else replies[run[i]] = [null, deduped ? [offsets[i], duplicates[i]] : offsets[i]];
+    }
   }
 
   /**
