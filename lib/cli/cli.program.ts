@@ -9,6 +9,7 @@ import { registerLagCommand } from './commands/lag.command';
 import { registerMetricsCommand } from './commands/metrics.command';
 import { registerOffsetsCommands } from './commands/offsets.command';
 import { registerOutboxCommands } from './commands/outbox.command';
+import { registerParkedCommands } from './commands/parked.command';
 import { registerPruneStaleCommand } from './commands/prune-stale.command';
 import { registerPublishCommand } from './commands/publish.command';
 import { registerRetentionCommands } from './commands/retention.command';
@@ -74,6 +75,7 @@ export function createProgram(runner: CliRunner): Command {
   registerLagCommand(program, runner);
   registerMetricsCommand(program, runner);
   registerDlqCommands(program, runner);
+  registerParkedCommands(program, runner);
   registerOffsetsCommands(program, runner);
   registerTailCommand(program, runner);
   registerPublishCommand(program, runner);
