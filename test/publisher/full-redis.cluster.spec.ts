@@ -1,5 +1,4 @@
 import { INestApplicationContext } from '@nestjs/common';
-import calculateSlot from 'cluster-key-slot';
 import Redis, { Cluster } from 'ioredis';
 import { EventrailPublisher, partitionForKey, PublishInput, PublishManyError } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
@@ -40,7 +39,11 @@ describe('publishMany on a full Redis Cluster', () => {
       await node.config('SET', 'maxmemory', String(MAXMEMORY));
       await node.config('SET', 'maxmemory-policy', 'noeviction');
       let i = 0;
-      while (!slots.some(([from, to]) => calculateSlot(`f${i}`) >= from && calculateSlot(`f${i}`) <= to)) i++;
+      const served = async (tag: string): Promise<boolean> => {
+        const slot = Number(await node.call('CLUSTER', 'KEYSLOT', tag));
+        return slots.some(([from, to]) => slot >= from && slot <= to);
+      };
+      while (!(await served(`f${i}`))) i++;
       primaries.push({ node, tag: `f${i}` });
     }
     app = await createApp({ redis: { cluster: { nodes: cluster.startupNodes } }, prefix, partitions: PARTITIONS, dedupWindowMs: 600_000 });
