@@ -223,9 +223,26 @@ export class EventrailPublisher {
       const lane = orderLane(input);
       if (lane !== undefined) lanes.push(lane);
     }
-    if (Array.isArray(named) && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options);
+    const asking = events.length > 1 ? this.scriptsAsked() : undefined;
+    if (Array.isArray(named) && !asking && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options);
     // Its place in the append order of each key it publishes to is taken now, in call order, whenever its checks answer.
-    return this.order.hold(lanes, named, (names) => this.publishChecked(events, names, options));
+    const checked = asking ? Promise.all([named, asking]).then(([names]) => names) : named;
+    return this.order.hold(lanes, checked, (names) => this.publishChecked(events, names, options));
+  }
+
+  /**
+   * While this process does not know yet whether the append scripts run
+   * here (its first `publishMany`), the question, asked now; else undefined.
+   * A batch waits for the answer like an asynchronous schema check, in its
+   * keys' call order, so that it goes as guarded runs rather than one XADD
+   * per event, which could land a later event of a partition after a refused
+   * one: one round trip, once per process. Not while the connection is down
+   * (the batch is refused at once then, as any publish).
+   */
+  private scriptsAsked(): Promise<void> | undefined {
+    if (this.appendManyOk !== undefined || !this.redis.isReady()) return undefined;
+    this.appendManyWorks();
+    return this.appendManyAsked;
   }
 
   private async publishChecked(
@@ -535,8 +552,8 @@ export class EventrailPublisher {
   /**
    * Whether this connection may run the appendMany script, as far as known
    * now. The first call asks, in the background, with a call that appends
-   * nothing, and answers false until the answer is in (that batch goes as one
-   * XADD per event). Where scripting is refused (an ACL without EVALSHA, a
+   * nothing, and answers false until the answer is in (a batch sent before,
+   * which `scriptsAsked` makes rare, goes as one XADD per event). Where scripting is refused (an ACL without EVALSHA, a
    * provider that disables it), `publishMany` keeps sending one XADD per
    * event, as before the script existed.
    */

@@ -177,7 +177,7 @@ describe('publishMany on a full Redis', () => {
   it('costs one script call per run on the happy path, guarded or not', async () => {
     await fillTo(MAXMEMORY); // no filler: nothing is refused
     /** The commands a publishMany sends, as MONITOR shows them (`lua ` for a script's own), by name. */
-    const commandsOf = async (inputs: PublishInput[]): Promise<Map<string, number>> => {
+    const commandsOf = async (inputs: PublishInput[], by = publisher): Promise<Map<string, number>> => {
       const monitor = await redis.duplicate().monitor();
       const marker = `${prefix}:marker:${Math.random()}`;
       const seen = new Map<string, number>();
@@ -191,7 +191,7 @@ describe('publishMany on a full Redis', () => {
           seen.set(name, (seen.get(name) ?? 0) + 1);
         }
       });
-      await publisher.publishMany(inputs);
+      await by.publishMany(inputs);
       await redis.echo(marker);
       await waitFor(() => ended, 'the marker through MONITOR');
       monitor.disconnect();
@@ -208,5 +208,17 @@ describe('publishMany on a full Redis', () => {
     // With ids and producer dedup: a GET and a SET of the dedup mark per event, as before.
     const deduped = await commandsOf(events(300, (n) => ({ partition: 1, id: `cost-${n}` })));
     expect(Object.fromEntries(deduped)).toEqual({ eval: 3, 'lua xadd': 300, 'lua get': 302, 'lua set': 302, 'lua del': 1 });
+    // A process's first publishMany waits for the answer to whether scripts run here (one call that appends
+    // nothing), then goes as guarded runs too rather than one XADD per event.
+    const fresh = await createApp({ redis: server.url, prefix, partitions: PARTITIONS, dedupWindowMs: 600_000 });
+    try {
+      const first = await commandsOf(
+        events(300, () => ({ partition: 2 })),
+        fresh.get(EventrailPublisher),
+      );
+      expect(Object.fromEntries(first)).toEqual({ eval: 1 + 3, 'lua xadd': 300, 'lua get': 2, 'lua set': 2, 'lua del': 1 });
+    } finally {
+      await fresh.close();
+    }
   });
 });
