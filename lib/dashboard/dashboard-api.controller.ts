@@ -13,7 +13,7 @@ import {
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { EventrailAdmin } from '../admin/eventrail-admin';
-import type { DashboardOverview, GroupStatus, LogEntry, LogPage } from '../admin/admin.types';
+import type { DashboardOverview, GroupStatus, LogEntry, LogPage, ParkedKey } from '../admin/admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import type { DeadLetter } from '../wire/dead-letter.codec';
 import type { GroupLag } from '../metrics/group-lag';
@@ -23,7 +23,7 @@ import { LagReadGate } from '../metrics/lag-read.gate';
 import { LagReadTimeoutError } from '../metrics/lag-read-timeout.error';
 import { DASHBOARD_OPTIONS } from './dashboard.constants';
 import type { ResolvedDashboardOptions } from './dashboard.options';
-import { fromParam, integerParam, listParam, optionalString, replayTarget } from './dashboard-query';
+import { fromParam, integerParam, listParam, optionalString, parkedKeyBody, replayTarget } from './dashboard-query';
 import { PublicRoute, WriteRoute } from './dashboard-route.decorators';
 
 /** Newest dead letters shown as a group's recent errors. */
@@ -106,6 +106,34 @@ export class DashboardApiController {
     return { purged: await this.admin.purgeDeadLetters(name) };
   }
 
+  /** The group's parked lines (`ordering` `'key'` or `'unordered'`), by partition then oldest first. */
+  @Get('groups/:name/parked')
+  parked(@Param('name') name: string): Promise<ParkedKey[]> {
+    return this.admin.parkedKeys(name);
+  }
+
+  /** `{}` tries every parked key now, `{ "key": "..." }` one of them; a named key that is not parked is a 404. */
+  @Post('groups/:name/parked/retry')
+  @WriteRoute()
+  @HttpCode(200)
+  async retryParked(@Param('name') name: string, @Body() body: unknown): Promise<{ partitions: number }> {
+    const key = parkedKeyBody(body, false);
+    const partitions = await this.admin.retryParked(name, key === undefined ? {} : { key });
+    if (key !== undefined && partitions === 0) throw notParked(name, key);
+    return { partitions };
+  }
+
+  /** `{ "key": "..." }`: the head of that key's line dead-lettered now; a key that is not parked is a 404. */
+  @Post('groups/:name/parked/give-up')
+  @WriteRoute()
+  @HttpCode(200)
+  async giveUpParked(@Param('name') name: string, @Body() body: unknown): Promise<{ partitions: number }> {
+    const key = parkedKeyBody(body, true) as string;
+    const partitions = await this.admin.giveUpParked(name, { key });
+    if (partitions === 0) throw notParked(name, key);
+    return { partitions };
+  }
+
   /** Every group's lag, read from Redis with or without workers: what a scaler (KEDA's `metrics-api`) polls. */
   @Get('lag')
   lag(): Promise<LagReport> {
@@ -153,6 +181,9 @@ export class DashboardApiController {
     'groups/:name/dead-letters',
     'groups/:name/dead-letters/:id',
     'groups/:name/dead-letters/replay',
+    'groups/:name/parked',
+    'groups/:name/parked/retry',
+    'groups/:name/parked/give-up',
     'lag',
     'lag/:group',
     'log',
@@ -161,4 +192,8 @@ export class DashboardApiController {
   @PublicRoute()
   @HttpCode(204)
   preflight(): void {}
+}
+
+function notParked(group: string, key: string): NotFoundException {
+  return new NotFoundException(`No parked line of key ${JSON.stringify(key)} in group "${group}" (released, given up, or never parked)`);
 }

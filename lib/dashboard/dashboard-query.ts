@@ -46,3 +46,22 @@ export function replayTarget(body: unknown): readonly string[] | 'all' {
   }
   throw new InvalidOptionError('body', body, '{ "ids": ["<dead-letter id>", ...] } or { "all": true }');
 }
+
+/**
+ * The body of a parked-keys write: `{ "key": "<parked key>" }` (`""` is the keyless line), or `{}` for every
+ * parked key when `required` is false.
+ */
+export function parkedKeyBody(body: unknown, required: boolean): string | undefined {
+  const value = body as { key?: unknown } | null;
+  const object = value !== null && typeof value === 'object' && !Array.isArray(value);
+  const fields = object ? Object.keys(value) : [];
+  if (object && fields.every((field) => field === 'key')) {
+    if (typeof value.key === 'string') return value.key;
+    if (value.key === undefined && !required) return undefined;
+  }
+  throw new InvalidOptionError(
+    'body',
+    body,
+    required ? '{ "key": "<parked key>" }' : '{ "key": "<parked key>" } or {} for every parked key',
+  );
+}
