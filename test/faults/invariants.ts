@@ -145,7 +145,11 @@ function wantedByLiveMember(run: RunRecord, group: string, entry: FuzzLogEntry):
 }
 
 function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
-  const { maxRetries } = run.schedule.consumer;
+  const { maxRetries, ordering } = run.schedule.consumer;
+  // 'unordered' promises no order within a key: only the parked message waits.
+  if (ordering === 'unordered') return;
+  // Parked modes: an entry's final failure is the last attempt before its dead letter (redeliveries go on until its age runs out).
+  const lastFailure = ordering === 'key' ? lastAttemptsOfDeadLetters(run, group) : undefined;
   // Per chain (key, or keyless partition): the group's entries in stream order, and each entry's place.
   const chains = new Map<string, FuzzLogEntry[]>();
   const place = new Map<string, { chain: string; index: number; entry: FuzzLogEntry }>();
@@ -179,7 +183,9 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
     if (!found) continue;
     const poison = found.entry.data.poison?.[group];
     // The attempt after which the library dead-letters the entry (poison wins over a transient failure).
-    const finalFailure = a.outcome === 'P' && (poison === 'non-retryable' || a.attempt > maxRetries);
+    const finalFailure = lastFailure
+      ? a.outcome !== 'H' && lastFailure.get(at) === a
+      : a.outcome === 'P' && (poison === 'non-retryable' || a.attempt > maxRetries);
     if (a.outcome !== 'H' && !finalFailure) continue;
     if (!settled.has(at)) {
       const first = prefix.get(found.chain) ?? 0;
@@ -198,6 +204,18 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
   }
 }
 
+/** Per dead-lettered entry of `group`: its last attempt in the run (the one before its dead letter, or before its replay's). */
+function lastAttemptsOfDeadLetters(run: RunRecord, group: string): Map<string, RunRecord['attempts'][number]> {
+  const letters = run.deadLetters.get(group);
+  const lettered = new Set([...(letters?.current ?? []), ...(letters?.replayed ?? [])].map((d) => ref(d.partition, d.offset)));
+  const last = new Map<string, RunRecord['attempts'][number]>();
+  for (const a of run.attempts) {
+    const at = ref(a.partition, a.offset);
+    if (a.group === group && lettered.has(at) && a.outcome !== 'H') last.set(at, a);
+  }
+  return last;
+}
+
 function checkDeadLetters(run: RunRecord, add: Add): void {
   for (const [group, { current, replayed }] of run.deadLetters) {
     const seen = new Set<string>();
@@ -207,7 +225,14 @@ function checkDeadLetters(run: RunRecord, add: Add): void {
       const data = letter.data as Partial<FuzzData> | null;
       const poison = data?.poison?.[group];
       const expected = poison === 'always' ? 'retries-exhausted' : poison === 'non-retryable' ? 'non-retryable' : undefined;
-      if (letter.reason !== expected) {
+      // Parked modes: an event failing for a while is dead-lettered only once it failed for the parked stage's whole budget.
+      const { redelivery } = run.schedule.consumer;
+      const outlived =
+        !poison &&
+        redelivery !== undefined &&
+        letter.reason === 'retries-exhausted' &&
+        letter.failedAt.getTime() - letter.firstFailedAt.getTime() >= redelivery.maxAgeMs - 50;
+      if (letter.reason !== expected && !outlived) {
         add(
           'dead-letters',
           `${group} dead-lettered event ${data?.n} (${letter.eventId}) at ${ref(letter.partition, letter.offset)} ` +

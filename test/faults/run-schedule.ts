@@ -325,9 +325,13 @@ async function drain(redis: Redis, keys: EventrailKeys, schedule: Schedule, supe
     await waitFor(
       async () => {
         for (const group of schedule.groups) if (!(await offsetsCoverLog(redis, keys, group))) return false;
+        // Parked modes: parked messages are not done either; every line must have drained.
+        if (schedule.consumer.ordering !== 'partition') {
+          for (const group of schedule.groups) if (await hasParkedLines(redis, keys, group)) return false;
+        }
         return true;
       },
-      'every group at the end of the log',
+      'every group at the end of the log, nothing parked',
       DRAIN_TIMEOUT_MS,
       100,
     );
@@ -336,6 +340,15 @@ async function drain(redis: Redis, keys: EventrailKeys, schedule: Schedule, supe
     const tails = supervisor.children.slice(-schedule.workers).map((c) => c.describe());
     return `${String(error)}\n${tails.join('\n---\n')}`;
   }
+}
+
+/** Whether any partition of `group` still holds a parked line. */
+async function hasParkedLines(redis: Redis, keys: EventrailKeys, group: string): Promise<boolean> {
+  for (let p = 0; p < keys.partitions; p++) {
+    const fields = await redis.hkeys(keys.recovery(group, p));
+    if (fields.some((field) => field.startsWith('park:'))) return true;
+  }
+  return false;
 }
 
 async function collect(

@@ -1,5 +1,6 @@
 import { EVENTS, FuzzData, GROUPS, PoisonKind } from './support/chaos-protocol';
 import { Prng } from './prng';
+import type { Ordering } from '../../lib';
 
 /**
  * A fault schedule, drawn from a seed: the setup (partitions, workers,
@@ -22,6 +23,10 @@ export interface Schedule {
     retryBackoffMs: number;
     retryBackoffMaxMs: number;
     maxDeliveries: number;
+    /** What a failing message holds back once its retries in place are spent (parked keys: 'key', 'unordered'). */
+    ordering: Ordering;
+    /** The parked stage's tiers ('key', 'unordered'): quick, and a budget that outlasts a schedule's faults. */
+    redelivery?: { delayMs: number; factor: number; maxDelayMs: number; maxAgeMs: number };
   };
   events: EventSpec[];
   steps: Step[];
@@ -80,6 +85,12 @@ const LIMITS = {
   /** How long an older worker stays once it joined: from a fraction of a lease TTL to several. */
   rollingMs: [300, 5000],
   keys: [1, 24],
+  /**
+   * Parked modes: how long a parked head may fail before its dead letter. Poison is dead-lettered after
+   * it; an event that fails for a while (`fail` past the retries in place) comes back well within it,
+   * unless faults hold it back longer (then its dead letter is the documented outcome).
+   */
+  parkedMaxAgeMs: 6000,
 } as const;
 
 export function drawSchedule(seed: number): Schedule {
@@ -98,13 +109,17 @@ export function drawSchedule(seed: number): Schedule {
     retryBackoffMaxMs: 80,
     // Far above the faults one schedule injects: only a real crash loop could reach it, and there is none.
     maxDeliveries: 50,
-  };
-  const events = drawEvents(rng, groups, maxRetries, partitions);
+    ordering: rng.pick<Ordering>(['partition', 'key', 'key', 'unordered']),
+  } as Schedule['consumer'];
+  if (consumer.ordering !== 'partition') {
+    consumer.redelivery = { delayMs: 40, factor: 2, maxDelayMs: 300, maxAgeMs: LIMITS.parkedMaxAgeMs };
+  }
+  const events = drawEvents(rng, groups, maxRetries, partitions, consumer.ordering !== 'partition');
   const steps = drawSteps(rng, events.length, workers, groups);
   return { seed, partitions, workers, groups, consumer, events, steps };
 }
 
-function drawEvents(rng: Prng, groups: readonly string[], maxRetries: number, partitions: number): EventSpec[] {
+function drawEvents(rng: Prng, groups: readonly string[], maxRetries: number, partitions: number, parks: boolean): EventSpec[] {
   const count = rng.int(LIMITS.events[0], LIMITS.events[1]);
   const keys = rng.int(LIMITS.keys[0], LIMITS.keys[1]);
   const seqs = new Map<string, number>();
@@ -118,6 +133,9 @@ function drawEvents(rng: Prng, groups: readonly string[], maxRetries: number, pa
     spec.data.seq = (seqs.get(chain) ?? 0) + 1;
     seqs.set(chain, spec.data.seq);
     if (rng.chance(0.06)) spec.data.fail = rng.int(1, maxRetries);
+    // Parked modes: some events fail past their retries in place, are parked (their key waits behind them in
+    // 'key' mode) and recover at a redelivery.
+    else if (parks && rng.chance(0.05)) spec.data.fail = rng.int(maxRetries + 1, maxRetries + 5);
     const handledBy = groups.filter((g) => g === GROUPS.fuzzIdem || event === EVENTS.fuzzBoth);
     if (event !== EVENTS.fuzzNone && rng.chance(0.04)) {
       const poison: Record<string, PoisonKind> = {};

@@ -159,6 +159,9 @@ export class Delivery {
         this.warnParked(entry, partition, lines, error);
         return PARKED;
       }
+      // Its parked stage ran out: the dead letter says since when it has been failing, redeliveries included.
+      const state = lines.state(lines.lineOf(entry));
+      if (state && state.f > 0) return this.deadLetter(entry, partition, reason, error, state.a, new Date(state.f), lastFailedAt);
     }
     return this.deadLetter(entry, partition, reason, error, attempts, firstFailedAt, lastFailedAt);
   }

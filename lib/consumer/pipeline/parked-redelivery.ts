@@ -106,7 +106,10 @@ export class ParkedRedelivery {
         lines.release(line);
         continue;
       }
-      if (!isMalformed(entry) && this.params.isDone && (await this.params.isDone(entry).catch(() => false))) {
+      // With idempotency: handled earlier in this line (its mark not sent yet), or marked done in Redis.
+      const done =
+        !isMalformed(entry) && this.params.isDone && (handled.includes(entry.id) || (await this.params.isDone(entry).catch(() => false)));
+      if (done) {
         stats.skippedDuplicates++;
         lines.release(line);
         continue;
@@ -150,10 +153,15 @@ export class ParkedRedelivery {
     return ok && !trouble;
   }
 
-  private async withPermit<T>(call: () => T | Promise<T>): Promise<T> {
-    const { semaphore } = this.params;
+  /**
+   * Runs `call` under a permit of the group's concurrency, unless a stop came meanwhile or the lease may
+   * have expired (a freeze, a stall): checked after the permit, right before the call, as the fetch does.
+   */
+  private async withPermit(call: () => Outcome | Promise<Outcome>): Promise<Outcome> {
+    const { semaphore, stop } = this.params;
     if (!semaphore.tryAcquire()) await semaphore.acquire();
     try {
+      if (stop.stopped) return ABANDONED;
       return await call();
     } finally {
       semaphore.release();
