@@ -13,12 +13,13 @@ export type PublishOutcome = 'appended' | 'not-appended' | 'unknown';
  * `publishMany` failed after it was sent: Redis refused some of the events
  * (over `maxmemory`, a stream that takes no more entries, ...) or the
  * connection dropped before it answered. What landed in each partition is
- * a prefix of the events sent to it: the events of a partition after one
- * that was not appended were not appended either, so retrying the events
- * whose outcome is not `appended`, in their order, keeps per-key order
- * (`unknown` ones with an explicit id and `dedupWindowMs`, so they append
- * once). A subclass of `RedisUnavailableError`, so code that catches that
- * one catches this too.
+ * a prefix of the events sent to it (wherever the append scripts run, as
+ * they do unless an ACL or the provider refuses them): the events of a
+ * partition after one that was not appended were not appended either, so
+ * retrying the events whose outcome is not `appended`, in their order, keeps
+ * per-key order (`unknown` ones with an explicit id and `dedupWindowMs`, so
+ * they append once). A subclass of `RedisUnavailableError`, so code that
+ * catches that one catches this too.
  */
 export class PublishManyError extends RedisUnavailableError {
   constructor(
@@ -43,5 +44,5 @@ function tally(outcomes: readonly PublishOutcome[]): string {
   const refused = outcomes.length - appended - unknown;
   const parts = [`${appended} appended`, `${refused} not appended`];
   if (unknown > 0) parts.push(`${unknown} unknown (sent, no answer)`);
-  return `${parts.join(', ')}; in each partition the appended ones are the first sent to it (outcomes says which)`;
+  return `${parts.join(', ')} (outcomes says which)`;
 }

@@ -89,7 +89,9 @@ export interface EventrailCommands {
   eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
   /**
    * `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length`
-   * events were done (appendManyDedup-n.lua): keys are the stream, then one dedup mark per event.
+   * events were done, or the run guard held the run back (appendManyDedup-n.lua): keys are the stream, one
+   * dedup mark per event when the window is above 0, then the run guard when there is one; arguments the
+   * window, the guard's runs before, more and TTL (all '' without one), then the events.
    */
   eventrailAppendManyDedup(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<[string[], number[], string?]>;
   eventrailReleaseLock(lock: string, token: string): Promise<number>;
