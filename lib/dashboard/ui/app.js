@@ -74,7 +74,7 @@ function pageFor(route) {
     case 'overview':
       return overviewPage();
     case 'group':
-      return groupPage(route.group);
+      return groupPage(route.group, { readOnly: state.config.readOnly, refreshAll: refresh });
     case 'deadLetters':
       return deadLettersPage(route.group, { readOnly: state.config.readOnly, refreshAll: refresh });
     case 'log':

@@ -1,22 +1,25 @@
-// One consumer group: its partitions (offsets, lag, leases), live members and newest dead letters.
+// One consumer group: its partitions (offsets, lag, leases), parked keys, live members and newest dead letters.
 /* global location -- browser global: this file runs in the page, not in Node */
 
 import { api } from './api.js';
 import { fill, h } from './dom.js';
 import { duration, num } from './format.js';
 import { lagChart } from './history.js';
+import { parkedPanel } from './parked.panel.js';
 import { deadLettersHref, enc } from './routes.js';
 import { crumbs, errorText, eventChips, groupHealth, metric, mono, notice, table, when } from './widgets.js';
 
-export function groupPage(name) {
+/** `readOnly` hides the parked keys' write controls; `refreshAll` refetches the overview and this page after a write. */
+export function groupPage(name, { readOnly, refreshAll }) {
   const body = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   const el = h('div', { class: 'page' }, crumbs(h('a', { href: '#/' }, 'Overview'), name), h('h1', {}, name), body);
   return {
     el,
     async refresh() {
       let group;
+      let parked;
       try {
-        group = await api(`groups/${enc(name)}`);
+        [group, parked] = await Promise.all([api(`groups/${enc(name)}`), api(`groups/${enc(name)}/parked`)]);
       } catch (error) {
         if (error.status === 404) return fill(body, notice(`There is no consumer group "${name}".`));
         throw error;
@@ -28,6 +31,7 @@ export function groupPage(name) {
         summary(group),
         h('h2', {}, 'Partitions'),
         partitionsTable(group),
+        parkedPanel(name, parked, { readOnly, refreshAll }),
         h('h2', {}, 'Members'),
         membersTable(group),
         h('h2', {}, 'Recent errors ', h('a', { class: 'small', href: deadLettersHref(group.name) }, 'all dead letters →')),
