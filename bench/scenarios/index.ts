@@ -8,6 +8,7 @@ import { latency } from './latency';
 import { listLock } from './list-lock';
 import { memory } from './memory';
 import { outboxLatency, outboxRelay } from './outbox';
+import { parkedKeys } from './parked-keys';
 import { publishBatch } from './publish-batch';
 import { publishCallers } from './publish-callers';
 import { scaling, scalingDrain } from './scaling';
@@ -25,6 +26,7 @@ export const scenarioFactories: ScenarioFactory[] = [
   listLock,
   cluster,
   batchHandlers,
+  parkedKeys,
   lagCost,
   scaling,
   scalingDrain,
