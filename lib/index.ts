@@ -48,6 +48,7 @@ export type {
   OffsetChange,
   OffsetResetResult,
   OffsetTarget,
+  ParkedHead,
   ParkedKey,
   PartitionLogStats,
   PartitionStatus,

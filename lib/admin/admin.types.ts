@@ -27,6 +27,23 @@ export interface PartitionStatus {
   /** Worker id holding the lease, or null when nobody does. */
   leaseOwner: string | null;
   leaseExpiresInMs: number | null;
+  /**
+   * Messages parked in the partition (`'key'` and `'unordered'` ordering): behind the committed offset but
+   * not done, so work like `lag`. 0 when nothing is parked.
+   */
+  parked: number;
+  /** The parked head of the partition that has been failing longest; null when no parked head has failed yet. */
+  oldestParked: ParkedHead | null;
+}
+
+/** A failing parked head, as a status read saw it. */
+export interface ParkedHead {
+  key: string;
+  offset: string;
+  /** When it first failed (Redis clock). */
+  firstFailedAt: Date;
+  /** How long it has been failing when the status was read, on Redis's clock. */
+  failingForMs: number;
 }
 
 export interface GroupStatus {
@@ -37,6 +54,8 @@ export interface GroupStatus {
   partitions: PartitionStatus[];
   /** Sum of the partitions' lag. */
   lag: number;
+  /** Sum of the partitions' parked messages: not in `lag` (they are behind the offsets), not done either. */
+  parked: number;
   deadLetters: number;
   /** Latest heartbeat of any member, or null if none was ever recorded. */
   lastSeen: Date | null;

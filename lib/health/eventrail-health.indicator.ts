@@ -56,9 +56,17 @@ export interface EventrailHealthOptions {
    * @default no outbox check
    */
   maxOutboxAgeMs?: number;
+  /**
+   * Longest a parked head (`ordering: 'key'` or `'unordered'`) may have been failing, from its first
+   * failure on Redis's clock; longer and its group is `down`, naming the partition and key. A head is
+   * dead-lettered after `redelivery.maxAgeMs` (1 h by default), so keep this below that to hear of it
+   * while it still holds its key back.
+   * @default no check
+   */
+  maxParkedAgeMs?: number;
 }
 
-export const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs', 'maxOutboxAgeMs'] as const;
+export const OPTION_NAMES = ['maxLag', 'maxDeadLetters', 'maxStallMs', 'timeoutMs', 'maxOutboxAgeMs', 'maxParkedAgeMs'] as const;
 const TIMED_OUT = Symbol('timed out');
 
 interface Inspection {
@@ -71,8 +79,8 @@ interface Inspection {
  * Terminus health indicator for eventrail. `up` when Redis answers within the
  * timeout and every group consumed in this process has a running worker, a
  * live lease on each of its partitions (held by any live member of the group,
- * in this process or another), lag and dead letters within the limits and no
- * stalled partition, and no loss of the log found by this process in the
+ * in this process or another), lag, dead letters and parked heads' age within
+ * the limits and no stalled partition, and no loss of the log found by this process in the
  * last `LOG_LOST_DOWN_MS`. Anything else is reported as `down` with details per
  * group, never thrown, so the health endpoint answers 503 with the reason.
  *
@@ -234,11 +242,12 @@ function evictionWarnings(policies: readonly NodeEvictionPolicy[]): string[] {
 function validate(options: EventrailHealthOptions): GroupLimits & { timeoutMs: number; maxOutboxAgeMs?: number } {
   checkObject('health', options, 'an object of health options');
   rejectUnknownKeys('health', options, OPTION_NAMES);
-  const { maxLag, maxDeadLetters, maxStallMs, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
+  const { maxLag, maxDeadLetters, maxStallMs, maxParkedAgeMs, timeoutMs = DEFAULT_HEALTH_TIMEOUT_MS } = options;
   return {
     maxLag: optionalInteger('maxLag', maxLag, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
     maxDeadLetters: optionalInteger('maxDeadLetters', maxDeadLetters, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0'),
     maxStallMs: optionalInteger('maxStallMs', maxStallMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1 (milliseconds)'),
+    maxParkedAgeMs: optionalInteger('maxParkedAgeMs', maxParkedAgeMs, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0 (milliseconds)'),
     timeoutMs: checkInteger('timeoutMs', timeoutMs, 1, Number.MAX_SAFE_INTEGER, 'an integer >= 1'),
     maxOutboxAgeMs: optionalInteger('maxOutboxAgeMs', options.maxOutboxAgeMs, 0, Number.MAX_SAFE_INTEGER, 'an integer >= 0 (milliseconds)'),
   };

@@ -8,6 +8,8 @@ export interface GroupLimits {
   maxDeadLetters?: number;
   /** A partition with lag whose committed offset stood still longer than this is stalled. */
   maxStallMs?: number;
+  /** A parked head failing longer than this (Redis clock) puts its group down. */
+  maxParkedAgeMs?: number;
 }
 
 /** What this process knows about its own worker of a group. */
@@ -38,6 +40,8 @@ export interface GroupHealth {
    */
   lagCapped: boolean;
   deadLetters: number;
+  /** Messages parked behind failing heads (`ordering: 'key'` or `'unordered'`), summed over partitions: not done yet. */
+  parked: number;
   /** Partitions whose committed offset has not moved for more than `maxStallMs` while they have lag (empty without `maxStallMs`). */
   stalled: number[];
   /** Why the group is down, one sentence each; empty when up. */
@@ -66,6 +70,7 @@ export function evaluateGroup(
       lag: 0,
       lagCapped: false,
       deadLetters: 0,
+      parked: 0,
       stalled: [],
       problems: ['not registered in Redis: no worker of it has started'],
     };
@@ -95,6 +100,16 @@ export function evaluateGroup(
   if (limits.maxDeadLetters !== undefined && status.deadLetters > limits.maxDeadLetters) {
     problems.push(`${status.deadLetters} dead letters, over maxDeadLetters ${limits.maxDeadLetters}`);
   }
+  const { maxParkedAgeMs } = limits;
+  if (maxParkedAgeMs !== undefined) {
+    for (const { partition, oldestParked: head } of status.partitions) {
+      if (head === null || head.failingForMs <= maxParkedAgeMs) continue;
+      problems.push(
+        `partition ${partition} key ${JSON.stringify(head.key)}: parked head ${head.offset} has been failing for ${head.failingForMs} ms ` +
+          `(since ${head.firstFailedAt.toISOString()}), over maxParkedAgeMs ${maxParkedAgeMs}`,
+      );
+    }
+  }
   const { maxStallMs } = limits;
   const stalled = maxStallMs === undefined ? [] : standstills.filter((s) => s.forMs > maxStallMs);
   for (const s of stalled) {
@@ -113,6 +128,7 @@ export function evaluateGroup(
     lag: status.lag,
     lagCapped,
     deadLetters: status.deadLetters,
+    parked: status.parked,
     stalled: stalled.map((s) => s.partition),
     problems,
   };

@@ -14,9 +14,10 @@ export interface LagReport {
 
 /**
  * Reads groups' lag through `EventrailAdmin`, so it needs no worker of the
- * group: per group a fixed handful of commands, and per partition four (the
- * committed offset, the lease and its expiry, the O(1) lag read), all sent
- * at once; a partition whose lag position is unknown is counted instead.
+ * group: per group a fixed handful of commands, and per partition five (the
+ * committed offset, its parked floor, the lease and its expiry, the O(1) lag
+ * read), all sent at once; a partition whose lag position is unknown is
+ * counted instead, and one that holds parked messages costs an HGETALL more.
  */
 export class GroupLagReader {
   constructor(private readonly admin: EventrailAdmin) {}

@@ -11,8 +11,13 @@ export interface GroupLag {
   lag: number;
   /** True when a partition's lag had to be counted and passed the count's cap: `lag` is then a lower bound. */
   lagCapped: boolean;
-  /** Messages held back by a failing key, still to be handled: work, like lag. */
+  /**
+   * Messages parked by a failing head (`ordering: 'key'` or `'unordered'`): behind the committed offsets,
+   * so not in `lag`, but still to be handled: work, like lag.
+   */
   parked: number;
+  /** How long the parked head failing longest has been failing (Redis clock, ms); 0 when none is. */
+  parkedOldestAgeMs: number;
   /** `lag + parked`: everything the group still has to handle, the value to scale on. */
   backlog: number;
   /** Live members (workers) of the group now. */
@@ -28,14 +33,9 @@ export interface GroupLag {
   deadLetters: number;
 }
 
-/**
- * Messages parked in a partition. The log keeps none yet (a failing message
- * holds its partition, which shows as lag); once parked messages exist,
- * `PartitionStatus` carries their count and this is where they are added to
- * the work a scaler sees.
- */
-export function parkedIn(partition: PartitionStatus & { parked?: number }): number {
-  return partition.parked ?? 0;
+/** Messages parked in a partition: the committed offset moved past them, but they are still work a scaler must see. */
+export function parkedIn(partition: PartitionStatus): number {
+  return partition.parked;
 }
 
 /**
@@ -57,11 +57,13 @@ export function groupLag(status: GroupStatus): GroupLag {
   let parked = 0;
   let usefulWorkers = 0;
   let lagCapped = false;
+  let parkedOldestAgeMs = 0;
   for (const partition of status.partitions) {
     const held = parkedIn(partition);
     lag += partition.lag;
     parked += held;
     lagCapped ||= partition.lagCapped;
+    parkedOldestAgeMs = Math.max(parkedOldestAgeMs, partition.oldestParked?.failingForMs ?? 0);
     if (partition.lag + held > 0) usefulWorkers++;
   }
   return {
@@ -69,6 +71,7 @@ export function groupLag(status: GroupStatus): GroupLag {
     lag,
     lagCapped,
     parked,
+    parkedOldestAgeMs,
     backlog: lag + parked,
     members: status.members.length,
     partitions: status.partitions.length,

@@ -15,6 +15,12 @@ const GAUGES: ReadonlyArray<[name: string, help: string, value: (lag: GroupLag) 
   ['group_useful_workers', 'Partitions with work: the most workers the group can keep busy now', (l) => l.usefulWorkers],
   ['group_partitions', 'Partitions of the log: the most workers any group can use', (l) => l.partitions],
   ['group_dead_letters', 'Dead letters waiting in the group, read from Redis', (l) => l.deadLetters],
+  ['parked_messages', 'Messages parked behind failing heads (ordering key or unordered), not done yet, read from Redis', (l) => l.parked],
+  [
+    'parked_oldest_age_seconds',
+    'How long the parked head failing longest has been failing (Redis clock), 0 when none is, read from Redis',
+    (l) => l.parkedOldestAgeMs / 1000,
+  ],
 ];
 
 /** What `registerLagMetrics` returns: stop at shutdown (its schedule, and its gauges once no registration is left). */
@@ -37,7 +43,8 @@ const shared = new WeakMap<Registry, Map<string, SharedGauges>>();
 
 /**
  * Registers gauges per group (`eventrail_group_lag{group}`, `_backlog`, `_parked`,
- * `_members`, `_useful_workers`, `_partitions`, `_dead_letters`) read from
+ * `_members`, `_useful_workers`, `_partitions`, `_dead_letters`, and
+ * `eventrail_parked_messages{group}`, `eventrail_parked_oldest_age_seconds{group}`) read from
  * Redis through `admin`, so they exist with no worker of the group running.
  * The series carry only the `group` label: every process that exports them
  * exports the same series with the same values.

@@ -54,6 +54,7 @@ describe('eventrail CLI: lag and the metrics exporter', () => {
       lag: 5,
       lagCapped: false,
       parked: 0,
+      parkedOldestAgeMs: 0,
       backlog: 5,
       members: 0,
       partitions: 3,

@@ -154,6 +154,7 @@ describe('EventrailHealthIndicator', () => {
           lag: 0,
           lagCapped: false,
           deadLetters: 0,
+          parked: 0,
           stalled: [],
           problems: [],
         },

@@ -71,8 +71,11 @@ describe('evaluateGroup with maxStallMs', () => {
       lagCapped: false,
       leaseOwner: 'w',
       leaseExpiresInMs: 1000,
+      parked: 0,
+      oldestParked: null,
     })),
     lag: 4,
+    parked: 0,
     deadLetters: 0,
     lastSeen: null,
   };

@@ -135,8 +135,11 @@ const status: GroupStatus = {
     lagCapped: false,
     leaseOwner: null,
     leaseExpiresInMs: null,
+    parked: 0,
+    oldestParked: null,
   })),
   lag: 120,
+  parked: 0,
   deadLetters: 0,
   lastSeen: null,
 };

@@ -1,13 +1,15 @@
 import type { GroupStatus, PartitionStatus } from '../../lib';
 import { groupLag, isRegistered, parkedIn } from '../../lib/metrics/group-lag';
 
-const partition = (p: number, lag: number, extra: Partial<PartitionStatus> & { parked?: number } = {}): PartitionStatus => ({
+const partition = (p: number, lag: number, extra: Partial<PartitionStatus> = {}): PartitionStatus => ({
   partition: p,
   committed: '1-0',
   lag,
   lagCapped: false,
   leaseOwner: null,
   leaseExpiresInMs: null,
+  parked: 0,
+  oldestParked: null,
   ...extra,
 });
 
@@ -24,6 +26,7 @@ const status = (partitions: PartitionStatus[], members = 0): GroupStatus => ({
   })),
   partitions,
   lag: partitions.reduce((sum, p) => sum + p.lag, 0),
+  parked: partitions.reduce((sum, p) => sum + p.parked, 0),
   deadLetters: 2,
   lastSeen: null,
 });
@@ -35,6 +38,7 @@ describe('groupLag', () => {
       lag: 8,
       lagCapped: false,
       parked: 0,
+      parkedOldestAgeMs: 0,
       backlog: 8,
       members: 3,
       partitions: 4,
@@ -48,8 +52,12 @@ describe('groupLag', () => {
 
   it('counts parked messages as work: in the backlog and in the useful workers', () => {
     expect(parkedIn(partition(0, 0))).toBe(0);
-    const lag = groupLag(status([partition(0, 0, { parked: 4 } as Partial<PartitionStatus>), partition(1, 2)]));
-    expect(lag).toMatchObject({ lag: 2, parked: 4, backlog: 6, usefulWorkers: 2 });
+    const head = { key: 'A', offset: '1-0', firstFailedAt: new Date(0), failingForMs: 9_000 };
+    const older = { ...head, key: 'B', failingForMs: 12_000 };
+    const lag = groupLag(
+      status([partition(0, 0, { parked: 4, oldestParked: head }), partition(1, 2), partition(2, 0, { parked: 1, oldestParked: older })]),
+    );
+    expect(lag).toMatchObject({ lag: 2, parked: 5, backlog: 7, usefulWorkers: 3, parkedOldestAgeMs: 12_000 });
   });
 
   it('says when a count stopped at its cap, so the lag is a lower bound', () => {

@@ -96,6 +96,7 @@ describe.each(['express', 'fastify'] as const)('the lag endpoint, on %s', (platf
       lag: 3,
       lagCapped: false,
       parked: 0,
+      parkedOldestAgeMs: 0,
       backlog: 3,
       members: 0,
       partitions: 3,

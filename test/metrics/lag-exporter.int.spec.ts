@@ -94,10 +94,12 @@ describe('fleet-wide lag gauges', () => {
       expect(valueOf(samples, 'eventrail_group_useful_workers', { group })).toBe(3);
       expect(valueOf(samples, 'eventrail_group_partitions', { group })).toBe(4);
       expect(valueOf(samples, 'eventrail_group_dead_letters', { group })).toBe(0);
+      expect(valueOf(samples, 'eventrail_parked_messages', { group })).toBe(0);
+      expect(valueOf(samples, 'eventrail_parked_oldest_age_seconds', { group })).toBe(0);
     }
     // Only what was asked for, and nothing per process: the group is the only label.
     expect(new Set(samples.flatMap((s) => Object.keys(s.labels)))).toEqual(new Set(['group']));
-    expect(samples).toHaveLength(14);
+    expect(samples).toHaveLength(18);
 
     // The next scrape sees the next entry: nothing is cached between scrapes without refreshMs.
     await publisher.publish(EVENT, {}, { partition: 1 });
@@ -226,16 +228,16 @@ describe('fleet-wide lag gauges', () => {
 
     it('is stated, as measured below, in the README and the autoscaling page', () => {
       for (const page of ['README.md', 'docs/operations/autoscaling.md']) {
-        expect([page, readFileSync(join(__dirname, '../..', page), 'utf8').includes('1 + G × (6 + 4 P)')]).toEqual([page, true]);
+        expect([page, readFileSync(join(__dirname, '../..', page), 'utf8').includes('1 + G × (6 + 5 P)')]).toEqual([page, true]);
       }
-      expect(readFileSync(join(__dirname, '../../docs/operations/autoscaling.md'), 'utf8')).toContain('G × (7 + 4 P) for a listed set');
+      expect(readFileSync(join(__dirname, '../../docs/operations/autoscaling.md'), 'utf8')).toContain('G × (7 + 5 P) for a listed set');
     });
 
     it.each([
       [1, 1],
       [2, 4],
       [8, 64],
-    ])('is 1 + G x (6 + 4 P) commands for %i group(s) of %i partition(s), sent at once', async (g, p) => {
+    ])('is 1 + G x (6 + 5 P) commands for %i group(s) of %i partition(s), sent at once', async (g, p) => {
       const groups = Array.from({ length: g }, (_, i) => `group-${i}`);
       await groupsWithoutWorkers(p, groups);
       const client = new Redis(testRedisUrl());
@@ -253,7 +255,7 @@ describe('fleet-wide lag gauges', () => {
         console.log(
           `lag scrape, ${g} group(s) x ${p} partition(s): ${commands.length} commands in ${ms.toFixed(1)} ms ${JSON.stringify(counts)}`,
         );
-        expect(commands.length).toBe(1 + g * (6 + 4 * p));
+        expect(commands.length).toBe(1 + g * (6 + 5 * p));
         // One O(1) lag read per partition, whatever the lag: no entry is read.
         expect(counts.evalsha).toBe(g * p);
         expect(counts.xrange ?? 0).toBe(0);
@@ -261,7 +263,7 @@ describe('fleet-wide lag gauges', () => {
         // A listed set of groups: each is first checked to exist.
         const listed = new Registry();
         exporters.push(registerLagMetrics(app.get(EventrailAdmin), { registry: listed, groups }));
-        expect(await commandsOf(client, () => listed.metrics())).toHaveLength(g * (7 + 4 * p));
+        expect(await commandsOf(client, () => listed.metrics())).toHaveLength(g * (7 + 5 * p));
       } finally {
         for (const exporter of exporters.splice(0)) exporter.stop();
         for (const app of apps.splice(0)) await app.close();
