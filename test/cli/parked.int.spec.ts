@@ -112,16 +112,28 @@ describe('eventrail CLI: parked keys', () => {
     expect(outcome(unknown)).toEqual({ code: 1, stderr: expect.stringContaining('Unknown consumer group "nope"') });
   });
 
-  it('shows a hostile key escaped, and an empty list as nothing parked', async () => {
-    dependency.down = new Set([HOSTILE[0]]);
-    await app.get(EventrailPublisher).publish('account.changed', { key: HOSTILE[0], n: 1 }, { key: HOSTILE });
-    await waitFor(async () => (await admin.parkedKeys('payments')).some((p) => p.key === HOSTILE), 'the hostile key parked');
+  it('shows a hostile key escaped and the keyless line as such, gives up the keyless head, and an empty list as nothing parked', async () => {
+    dependency.down = new Set([HOSTILE[0], '']);
+    const publisher = app.get(EventrailPublisher);
+    await publisher.publish('account.changed', { key: HOSTILE[0], n: 1 }, { key: HOSTILE });
+    const [keyless] = await publisher.publishMany([{ event: 'account.changed', data: { key: '', n: 1 } }]);
+    await waitFor(async () => (await admin.parkedKeys('payments')).length === 4, 'the hostile key and the keyless line parked');
     const env = cliEnv(suite.prefix);
     const table = await runCli(['parked', 'list', 'payments'], env);
     expect(outcome(table)).toEqual({ code: 0, stderr: '' });
     // A key is shown whole, escaped: a cut or a merged line could make two keys read as one.
     expect(table.stdout).toContain(`\n${HOSTILE_SHOWN}   `);
+    expect(table.stdout).toMatch(new RegExp(`\\n\\(keyless\\)\\s+0\\s+${keyless.offset}\\s`));
     expect(table.stdout.replace(/\n/g, '')).not.toMatch(RAW_CONTROL);
+
+    const given = await runCli(['parked', 'give-up', 'payments', '--key', '', '--yes', '--json'], env);
+    expect(outcome(given)).toEqual({ code: 0, stderr: '' });
+    expect(parseJson(given)).toEqual({ group: 'payments', key: '', head: keyless.offset, eventId: keyless.id, partitions: 1 });
+    await waitFor(
+      async () => (await admin.deadLetters('payments')).some((d) => d.eventId === keyless.id),
+      'the keyless head dead-lettered',
+    );
+    await waitFor(async () => !(await admin.parkedKeys('payments')).some((p) => p.key === ''), 'the keyless line released');
 
     // Every key back: retried all at once, the lines are released and the list is empty.
     dependency.down.clear();
