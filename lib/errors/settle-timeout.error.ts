@@ -10,6 +10,13 @@ export interface LaggingPartition {
   target: string;
   /** A worker of this process owned the partition when the wait gave up (otherwise another process, or nobody). */
   ownedHere: boolean;
+  /**
+   * Parked messages of the partition (`ordering: 'key'` or `'unordered'`) were not done yet: behind the
+   * committed offset, so the partition can be at its target and still wait for them.
+   */
+  parked: boolean;
+  /** How many, where a worker of this process held them; null where only Redis was read. */
+  parkedCount: number | null;
 }
 
 /**
@@ -28,6 +35,7 @@ export class SettleTimeoutError extends EventrailError {
       .map(
         (l) =>
           `group "${l.group}" partition ${l.partition} at ${l.committed ?? '(nothing committed)'} of ${l.target}` +
+          (l.parked ? `, waiting for ${parkedText(l.parkedCount)}` : '') +
           (l.ownedHere ? '' : ' (not owned by this process)'),
       );
     const more = lagging.length > shown.length ? `, and ${lagging.length - shown.length} more` : '';
@@ -37,4 +45,9 @@ export class SettleTimeoutError extends EventrailError {
         : `settled() timed out after ${timeoutMs} ms; still behind: ${shown.join(', ')}${more}`,
     );
   }
+}
+
+function parkedText(count: number | null): string {
+  if (count === null || count === 0) return 'parked messages';
+  return count === 1 ? '1 parked message' : `${count} parked messages`;
 }

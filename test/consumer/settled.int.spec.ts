@@ -119,7 +119,15 @@ describe('EventrailConsumers.settled()', () => {
     const { lagging, timeoutMs } = error as SettleTimeoutError;
     expect(timeoutMs).toBe(300);
     expect(lagging).toEqual([
-      { group: 'workers', partition: result.partition, committed: expect.any(String), target: result.offset, ownedHere: true },
+      {
+        group: 'workers',
+        partition: result.partition,
+        committed: expect.any(String),
+        target: result.offset,
+        ownedHere: true,
+        parked: false,
+        parkedCount: 0,
+      },
     ]);
     expect((error as Error).message).toMatch(
       new RegExp(

@@ -104,7 +104,9 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
    * dead-lettered) everything appended to the log before the call: each
    * partition's last entry is noted now, and the wait ends when every group's
    * committed offset reaches it in every partition, wherever that partition is
-   * worked (see `waitUntilSettled`). Waits for `whenRunning()` first. Rejects
+   * worked, and no message is parked there any more (`ordering: 'key'` or
+   * `'unordered'`: a parked message is behind the offset but not done; see
+   * `waitUntilSettled`). Waits for `whenRunning()` first. Rejects
    * with `SettleTimeoutError`, naming the groups and partitions still behind,
    * after `timeoutMs` (default 10000). Resolves at once when this process has
    * no groups. Meant for tests: publish, `await settled()`, assert.

@@ -114,6 +114,11 @@ export class GroupConsumer {
     return worker?.active ? worker.committedOffset : undefined;
   }
 
+  /** The parked lines of `partition` as this process's worker of it holds them; undefined where it parks nothing. */
+  localParked(partition: number): ParkedLines | undefined {
+    return this.parked.get(partition);
+  }
+
   /** Calls `listener` after every commit a worker of this group makes here; returns the unsubscribe. */
   onCommit(listener: (partition: number, offset: string) => void): () => void {
     this.commitListeners.add(listener);

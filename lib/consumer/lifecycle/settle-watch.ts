@@ -1,6 +1,7 @@
 import { SettleTimeoutError, type LaggingPartition } from '../../errors/settle-timeout.error';
 import { compareStreamIds } from '../../wire/stream-id';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
+import type { ParkedLines } from '../handling/parked-lines';
 import { withTimeout } from '../../util/timeout';
 
 /** How often the committed offsets of partitions no worker of this process owns are read from Redis while waiting. */
@@ -10,6 +11,8 @@ export const REMOTE_CHECK_MS = 100;
 export interface SettlingGroup {
   readonly name: string;
   localCommitted(partition: number): string | undefined;
+  /** The parked lines this process's worker of `partition` holds (`'key'` and `'unordered'` ordering); undefined where it parks nothing. */
+  localParked?(partition: number): Pick<ParkedLines, 'size' | 'hasChanges' | 'parkedCount'> | undefined;
   onCommit(listener: (partition: number, offset: string) => void): () => void;
 }
 
@@ -20,17 +23,23 @@ interface Pending {
   target: string;
   /** The committed offset Redis gave at the last remote check (null: none yet). */
   remote: string | null;
+  /** Redis held parked lines of the partition at the last remote check (true until one says otherwise). */
+  remoteParked: boolean;
 }
 
 /**
  * Resolves once every group in `groups` has committed, in every partition, up
  * to the entry that was last when this was called (what it had to handle or
- * dead-letter). Event-driven: each commit of a worker here is checked as it
+ * dead-letter), and holds no parked message there any more (a parked message
+ * is behind the committed offset but not done; a line that emptied counts
+ * once the commit that removes it has landed). Event-driven: each commit of a worker here is checked as it
  * lands; only partitions that no worker of this process owns (another
  * process's, or nobody's during a hand-over) are read from Redis, every
  * `REMOTE_CHECK_MS`, one GET each. The same tick also looks at the local
  * committed offsets (no round trip), for a partition taken here already at
- * its target, which no commit announces. Rejects with `SettleTimeoutError` after
+ * its target, which no commit announces. A remote partition's parked lines
+ * are read with its offset (HGET of its `parkedFloor`, present while any
+ * line is). Rejects with `SettleTimeoutError` after
  * `timeoutMs`, naming what is still behind.
  */
 export async function waitUntilSettled(
@@ -52,18 +61,20 @@ export async function waitUntilSettled(
   const pending: Pending[] = [];
   for (const group of groups) {
     targets.forEach((target, partition) => {
-      if (target !== null) pending.push({ group, partition, target, remote: null });
+      if (target !== null) pending.push({ group, partition, target, remote: null, remoteParked: true });
     });
   }
   if (pending.length === 0) return;
   await new Promise<void>((resolve, reject) => {
     const left = new Set(pending);
     let reading = false;
-    const settle = (entry: Pending, offset: string | undefined | null): void => {
-      if (offset != null && compareStreamIds(offset, entry.target) >= 0) left.delete(entry);
+    const reached = (entry: Pending, offset: string | undefined | null): boolean =>
+      offset != null && compareStreamIds(offset, entry.target) >= 0;
+    const settleLocal = (entry: Pending): void => {
+      if (reached(entry, entry.group.localCommitted(entry.partition)) && !parkedHere(entry)) left.delete(entry);
     };
     const checkLocal = (): void => {
-      for (const entry of left) settle(entry, entry.group.localCommitted(entry.partition));
+      for (const entry of left) settleLocal(entry);
       if (left.size === 0) done();
     };
     const checkRemote = async (): Promise<void> => {
@@ -76,8 +87,19 @@ export async function waitUntilSettled(
       reading = true;
       try {
         const { client, keys } = redis;
-        const offsets = await Promise.all(remote.map((e) => client.get(keys.offset(e.group.name, e.partition))));
-        remote.forEach((entry, i) => settle(entry, (entry.remote = offsets[i])));
+        const read = await Promise.all(
+          remote.map((e) =>
+            Promise.all([
+              client.get(keys.offset(e.group.name, e.partition)),
+              client.hget(keys.recovery(e.group.name, e.partition), 'parkedFloor'),
+            ]),
+          ),
+        );
+        remote.forEach((entry, i) => {
+          [entry.remote] = read[i];
+          entry.remoteParked = read[i][1] !== null;
+          if (reached(entry, entry.remote) && !entry.remoteParked) left.delete(entry);
+        });
       } catch {
         // Redis is away: the next check tries again, the deadline bounds the wait.
       } finally {
@@ -86,8 +108,8 @@ export async function waitUntilSettled(
       checkLocal();
     };
     const unsubscribe = groups.map((group) =>
-      group.onCommit((partition, offset) => {
-        for (const entry of left) if (entry.group === group && entry.partition === partition) settle(entry, offset);
+      group.onCommit((partition) => {
+        for (const entry of left) if (entry.group === group && entry.partition === partition) settleLocal(entry);
         if (left.size === 0) done();
       }),
     );
@@ -117,13 +139,23 @@ async function lastEntryIds(redis: EventrailRedis): Promise<Array<string | null>
   return replies.map((reply) => reply[0]?.[0] ?? null);
 }
 
+/** True while the worker here holds parked lines of the partition, or has emptied one without committing that yet. */
+function parkedHere(entry: Pending): boolean {
+  const lines = entry.group.localParked?.(entry.partition);
+  return lines !== undefined && (lines.size > 0 || lines.hasChanges);
+}
+
 function lagging(entry: Pending): LaggingPartition {
   const local = entry.group.localCommitted(entry.partition);
+  const ownedHere = local !== undefined;
+  const lines = ownedHere ? entry.group.localParked?.(entry.partition) : undefined;
   return {
     group: entry.group.name,
     partition: entry.partition,
     committed: local ?? entry.remote,
     target: entry.target,
-    ownedHere: local !== undefined,
+    ownedHere,
+    parked: ownedHere ? parkedHere(entry) : entry.remoteParked,
+    parkedCount: lines ? lines.parkedCount : ownedHere ? 0 : null,
   };
 }
