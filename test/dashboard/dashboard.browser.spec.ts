@@ -2,9 +2,9 @@ import { INestApplication, Injectable, Module, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import Redis from 'ioredis';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Browser, BrowserContext, chromium, Page } from 'playwright-core';
+import { Browser, BrowserContext, Page } from 'playwright-core';
 import {
   EventrailAdmin,
   EventrailDashboardLink,
@@ -19,23 +19,13 @@ import { EventrailDashboardModule } from '../../lib/dashboard/eventrail-dashboar
 import { EventrailKeys } from '../../lib/redis/keys';
 import type { EventrailDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { ARTIFACTS, browserSuite, launchChromium, watchPage } from './browser.harness';
 
-const CHROMIUM = process.env.EVENTRAIL_CHROMIUM ?? '/usr/bin/chromium';
-const ARTIFACTS = join(__dirname, '..', 'artifacts');
 const TOKEN = 'test-token';
 /** The dead letter whose payload tries to become markup. */
 const HOSTILE_NOTE = '<img src=x onerror="globalThis.__xss = 1"><b>gift wrap</b>';
 
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium && process.env.CI) {
-  throw new Error(`Chromium not found at ${CHROMIUM}: .ci/run installs it (apt-get install chromium), or set EVENTRAIL_CHROMIUM`);
-}
-if (!haveChromium) {
-  console.warn(
-    `Skipping the dashboard browser test: no Chromium at ${CHROMIUM}. Install it with \`apt-get install chromium\` or set EVENTRAIL_CHROMIUM.`,
-  );
-}
-const suite = haveChromium ? describe : describe.skip;
+const suite = browserSuite('the dashboard browser test');
 
 interface Order {
   orderId: string;
@@ -87,16 +77,6 @@ async function startApp(
   return { app, url: `${await app.getUrl()}/eventrail` };
 }
 
-/** Fails the test on script errors and CSP violations, which a strict CSP turns into console errors. */
-function watchPage(page: Page): string[] {
-  const problems: string[] = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy|Refused to/i.test(message.text())) problems.push(message.text());
-  });
-  return problems;
-}
-
 suite('dashboard in a real browser', () => {
   let redis: Redis;
   let prefix: string;
@@ -140,19 +120,7 @@ suite('dashboard in a real browser', () => {
     admin = app.get(EventrailAdmin);
     // A group nobody consumes any more: all of the log is its lag.
     await redis.sadd(new EventrailKeys(prefix, 4).groups, 'analytics');
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
 
     const placed = await publisher.publishMany([
       { event: 'order.placed', data: { orderId: 'o-1001', amount: 129.9, currency: 'EUR' }, key: 'customer-3' },

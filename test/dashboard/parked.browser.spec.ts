@@ -1,25 +1,20 @@
 import { INestApplication, Injectable, Module, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import Redis from 'ioredis';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Browser, chromium, Page } from 'playwright-core';
+import { Browser, Page } from 'playwright-core';
 import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailPublisher, OnEvent, PublishResult } from '../../lib';
 import { EventrailDashboardModule } from '../../lib/dashboard/eventrail-dashboard.module';
 import type { EventrailDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { ARTIFACTS, browserSuite, launchChromium, watchPage } from './browser.harness';
 
-const CHROMIUM = process.env.EVENTRAIL_CHROMIUM ?? '/usr/bin/chromium';
-const ARTIFACTS = join(__dirname, '..', 'artifacts');
 const TOKEN = 'parked-test-token';
 /** A key that tries to become markup: the panel must show it as text. */
 const HOSTILE_KEY = '<img src=x onerror="globalThis.__xss = 1">';
 
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium && process.env.CI) {
-  throw new Error(`Chromium not found at ${CHROMIUM}: .ci/run installs it (apt-get install chromium), or set EVENTRAIL_CHROMIUM`);
-}
-const suite = haveChromium ? describe : describe.skip;
+const suite = browserSuite('the parked-keys browser test');
 
 type Data = { key: string; n: number };
 /** Keys in `down` fail; every success is recorded as `<key><n>`. */
@@ -57,16 +52,6 @@ async function startApp(
   return { app, url: `${await app.getUrl()}/eventrail` };
 }
 
-/** Script errors and CSP violations (which a strict CSP turns into console errors) fail the test. */
-function watchPage(page: Page): string[] {
-  const problems: string[] = [];
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy|Refused to/i.test(message.text())) problems.push(message.text());
-  });
-  return problems;
-}
-
 suite('dashboard in a real browser: parked keys', () => {
   let redis: Redis;
   let prefix: string;
@@ -97,17 +82,7 @@ suite('dashboard in a real browser: parked keys', () => {
     url = started.url;
     admin = started.app.get(EventrailAdmin);
     publisher = started.app.get(EventrailPublisher);
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-      ],
-    });
+    browser = await launchChromium();
     dependency.down = new Set(['A', 'B']);
     published = await publish(['A1', 'A2', 'B1', 'C1']);
     await waitFor(async () => (await parkedKeys()).join() === 'A,B' && handledOf('C').length === 1, 'A and B parked, C handled');
