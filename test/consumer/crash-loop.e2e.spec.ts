@@ -1,5 +1,5 @@
 import Redis from 'ioredis';
-import { EventrailAdmin, EventrailPublisher, partitionForKey, PublishInput, PublishResult } from '../../lib';
+import { ConsumerOptions, EventrailAdmin, EventrailPublisher, partitionForKey, PublishInput, PublishResult } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { chaosKeys, EVENTS, GROUPS } from '../faults/support/chaos-protocol';
 import { offsetsAndEnds } from '../faults/support/log-checks';
@@ -161,8 +161,48 @@ describe('e2e: a message that crashes its worker every time', () => {
     expect(sup.unexpectedExits).toEqual([]);
   }, 150_000);
 
+  /**
+   * Parked keys: the poison first throws (twice: its retries in place), is parked, and kills the worker on
+   * its redelivery. Each redelivery is stored as running before it starts, so the next owner counts the
+   * crash; after `maxDeliveries` the head is dead-lettered unhandled, and its key's later events go on.
+   * Other keys are handled meanwhile.
+   */
+  it("with ordering 'key', counts crashes of a parked message's redeliveries and dead-letters it after maxDeliveries", async () => {
+    const began = Date.now();
+    const world = await start(1, { ordering: 'key', maxRetries: 1, retryBackoffMs: 5, redelivery: { delayMs: 50, maxDelayMs: 100 } });
+    const { publisher, admin, supervisor: sup } = world;
+    const published = await publisher.publishMany([
+      { event: EVENTS.poison, key: 'account-1', data: { seq: 1, throwFirst: 2 } },
+      { event: EVENTS.normal, key: 'account-1', data: { seq: 2 } },
+      ...range(3, 12).map((seq): PublishInput => ({ event: EVENTS.normal, key: `other-${seq}`, data: { seq } })),
+    ]);
+    sup.start();
+    await waitFor(
+      async () => (await redis.xlen(world.keys.deadLetters(GROUPS.loop))) > 0,
+      () => `the poison to be dead-lettered; ${sup.crashes.length} crashes so far\n${sup.describe()}`,
+      90_000,
+    );
+    await waitFor(
+      async () => (await world.handledSeqs()).includes(2),
+      () => `the poison's key to go on\n${sup.describe()}`,
+      30_000,
+    );
+    const seqs = await world.handledSeqs();
+    const [letter] = await admin.deadLetters(GROUPS.loop);
+    const poisonRuns = Number(await redis.get(chaosKeys.poisonRuns(world.prefix)));
+    console.log(
+      `crash-loop, parked: ${sup.crashes.length} crashes (${poisonRuns} poison redeliveries) with maxDeliveries ${MAX_DELIVERIES}; ` +
+        `dead letter ${letter.reason} after ${letter.attempts}; ${Date.now() - began} ms in all`,
+    );
+    expect(letter).toMatchObject({ eventId: published[0].id, reason: 'max-deliveries', attempts: MAX_DELIVERIES });
+    expect(sup.crashes.length).toBe(MAX_DELIVERIES);
+    expect(poisonRuns).toBe(MAX_DELIVERIES);
+    expect(sup.unexpectedExits).toEqual([]);
+    expect([...new Set(seqs)].sort((a, b) => a - b)).toEqual(range(2, 12));
+  }, 150_000);
+
   /** A publisher app and a one-slot supervisor (not started) on a prefix of their own. */
-  async function start(partitions: number): Promise<World> {
+  async function start(partitions: number, consumer: ConsumerOptions = {}): Promise<World> {
     const prefix = uniquePrefix('e2e-crash-loop');
     prefixes.push(prefix);
     const keys = new EventrailKeys(prefix, partitions);
@@ -174,7 +214,7 @@ describe('e2e: a message that crashes its worker every time', () => {
         redisUrl: testRedisUrl(),
         prefix,
         partitions,
-        consumer: { lockTtlMs: LOCK_TTL_MS, heartbeatTtlMs: LOCK_TTL_MS, maxDeliveries: MAX_DELIVERIES },
+        consumer: { lockTtlMs: LOCK_TTL_MS, heartbeatTtlMs: LOCK_TTL_MS, maxDeliveries: MAX_DELIVERIES, ...consumer },
       },
       1,
     );

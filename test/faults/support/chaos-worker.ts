@@ -105,8 +105,10 @@ class CrashLoopHandlers {
     await this.records.redis.rpush(chaosKeys.handledSeqs(PREFIX), `${message.data.seq}|${process.pid}`);
   }
 
+  /** Kills its process; with `throwFirst`, its first attempts throw instead (so it is parked first, with ordering 'key'). */
   @OnEvent(EVENTS.poison, GROUPS.loop)
-  async poison(): Promise<void> {
+  async poison(message: EventrailMessage<{ seq: number; throwFirst?: number }>): Promise<void> {
+    if (message.attempt <= (message.data.throwFirst ?? 0)) throw new Error(`poison attempt ${message.attempt} throws`);
     await this.records.redis.incr(chaosKeys.poisonRuns(PREFIX));
     crash();
   }
