@@ -18,6 +18,7 @@ import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/he
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const body = (response: Response): Promise<any> => response.json();
 const TOKEN = 's3cret-token-for-parked-tests';
+const ALLOWED = 'https://ops.example.com';
 
 /** Keys in `down` fail; every success is recorded as `<key><n>`. */
 const dependency = { down: new Set<string>(), handled: [] as string[] };
@@ -80,7 +81,7 @@ describe.each(['express', 'fastify'] as const)('Dashboard API: parked keys on %s
     prefix = uniquePrefix('dash-parked');
     dependency.down = new Set(['A', 'B']);
     dependency.handled = [];
-    ({ app, url: base } = await startApp(platform, prefix, { auth: { token: TOKEN } }));
+    ({ app, url: base } = await startApp(platform, prefix, { auth: { token: TOKEN }, cors: { origins: [ALLOWED] } }));
     admin = app.get(EventrailAdmin);
     published = await app
       .get(EventrailPublisher)
@@ -108,6 +109,19 @@ describe.each(['express', 'fastify'] as const)('Dashboard API: parked keys on %s
     expect(unknown.status).toBe(404);
     expect((await body(unknown)).message).toMatch(/nope/);
     expect((await call('/groups/payments/parked', { headers: { authorization: 'Bearer wrong-token-here' } })).status).toBe(401);
+
+    // A listed origin may send the writes: their preflights pass.
+    for (const path of ['/groups/payments/parked', '/groups/payments/parked/retry', '/groups/payments/parked/give-up']) {
+      const preflight = await fetch(`${base}${path}`, {
+        method: 'OPTIONS',
+        headers: {
+          origin: ALLOWED,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization,content-type',
+        },
+      });
+      expect([preflight.status, preflight.headers.get('access-control-allow-origin')]).toEqual([204, ALLOWED]);
+    }
   });
 
   it('retries one key or all of them now; a key that is not parked is a 404; a bad body is a 400', async () => {
