@@ -30,7 +30,8 @@ export class ParkedAdmin {
           count: line.ids.length,
           attempts: line.a,
           firstFailedAt: line.f > 0 ? new Date(line.f) : null,
-          nextAttemptAt: new Date(line.n),
+          // 0: due at once (after a counted crash, a release, an operator's retry).
+          nextAttemptAt: new Date(line.n > 0 ? line.n : Date.now()),
           error: line.e,
         });
       }

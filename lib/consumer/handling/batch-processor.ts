@@ -159,8 +159,9 @@ export class BatchProcessor {
     start: (member: Member) => RetryStart | Promise<RetryStart>,
   ): Promise<void> {
     for (const member of members) {
-      // With 'key' ordering, a message whose key parked earlier in this batch waits behind it.
-      if (this.delivery.parkedBehind(member.entry, partition)) {
+      // With 'key' ordering, a message whose key parked earlier in this batch waits behind it. (The fetch kept
+      // every message of an already parked key out of the batch, so a line's head met here is its redelivery.)
+      if (this.delivery.parkedBehind(member.entry, partition, true)) {
         outcomes[member.index] = PARKED;
         continue;
       }

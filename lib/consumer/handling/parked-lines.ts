@@ -46,6 +46,8 @@ export interface ParkedLineState {
   r: 0 | 1;
   /** Redeliveries of the head that died with their worker (`maxDeliveries` bounds them). */
   c: number;
+  /** Redeliveries of the head that failed: the tier of the next wait (0: `delayMs`). Absent in lines stored before it was kept. */
+  d?: number;
   /** 1 when an operator gave the head up (`EventrailAdmin.giveUpParked`): it is dead-lettered at its next turn, at once. */
   g?: 1;
 }
@@ -158,8 +160,13 @@ export class ParkedLines {
       state = { ids: [entry.offset], k: entry.key ?? '', a: 0, f: 0, n: 0, e: '', t: entry.offset, r: 0, c: 0 };
       this.lines.set(line, state);
     }
-    // The first failure as the retry code saw it, moved onto Redis's clock.
-    if (state.f === 0) state.f = at - Math.max(0, Date.now() - failure.firstFailedAt.getTime());
+    // The first failure as the retry code saw it, moved onto Redis's clock; later ones are failed redeliveries.
+    if (state.f === 0) {
+      state.f = at - Math.max(0, Date.now() - failure.firstFailedAt.getTime());
+      state.d = 0;
+    } else {
+      state.d = (state.d ?? 0) + 1;
+    }
     state.a = Math.max(state.a + 1, failure.attempts);
     state.e = errorText(failure.error);
     state.r = 0;
@@ -183,7 +190,7 @@ export class ParkedLines {
       this.changed.set(line, null);
       return;
     }
-    Object.assign(state, { a: 0, f: 0, n: 0, e: '', r: 0, c: 0 });
+    Object.assign(state, { a: 0, f: 0, n: 0, e: '', r: 0, c: 0, d: 0 });
     delete state.g;
     this.changed.set(line, state);
   }
@@ -202,6 +209,18 @@ export class ParkedLines {
     if (!state) return;
     state.r = 0;
     this.changed.set(line, state);
+  }
+
+  /**
+   * A graceful stop: redeliveries still running are not crashes (their handler was cut off by the
+   * shutdown timeout, as a fetch's are); stored so with the final commit.
+   */
+  clearRunning(): void {
+    for (const [line, state] of this.lines) {
+      if (state.r !== 1) continue;
+      state.r = 0;
+      this.changed.set(line, state);
+    }
   }
 
   /** Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called once, after `load`. */
@@ -261,12 +280,13 @@ export class ParkedLines {
     return this.lines.get(line);
   }
 
-  /** Lines due now, oldest due first, and when the next one that is not falls due (Redis clock ms), if any. */
-  due(): { lines: string[]; nextAt?: number } {
+  /** Lines due now (except `busy` ones), oldest due first, and when the next one that is not falls due (Redis clock ms), if any. */
+  due(busy?: ReadonlyMap<string, unknown>): { lines: string[]; nextAt?: number } {
     const at = this.config.now();
     const ready: Array<[string, number]> = [];
     let nextAt: number | undefined;
     for (const [line, state] of this.lines) {
+      if (busy?.has(line)) continue;
       if (state.n <= at) ready.push([line, state.n]);
       else nextAt = nextAt === undefined ? state.n : Math.min(nextAt, state.n);
     }
@@ -294,8 +314,7 @@ export class ParkedLines {
   /** The wait before the head's next redelivery: `delayMs` times `factor` per redelivery already failed, capped, with equal jitter. */
   private delayMs(state: ParkedLineState): number {
     const { delayMs, factor, maxDelayMs } = this.config.redelivery;
-    const redeliveries = Math.max(0, state.a - 1);
-    const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(redeliveries, 60));
+    const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(state.d ?? 0, 60));
     return Math.round(full / 2 + this.random() * (full / 2));
   }
 }
@@ -332,5 +351,6 @@ export function parseLine(value: string): ParkedLineState | undefined {
     c: s.c!,
   };
   if (s.g === 1) state.g = 1;
+  if (typeof s.d === 'number' && Number.isInteger(s.d) && s.d >= 0) state.d = s.d;
   return state;
 }

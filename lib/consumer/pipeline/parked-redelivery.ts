@@ -41,52 +41,63 @@ export interface ParkedRedeliveryParams {
  * line (nothing runs while nothing is parked, and nothing polls). A due line's head is read from the log
  * by its stream id and tried; when it succeeds (or is dead-lettered) the line's next message is tried at
  * once, in order, until the line is empty (released) or a head fails again (parked until its next tier).
- * Every change goes to Redis with a commit of the partition's lease, so it is fenced like the offset.
+ * Lines run side by side, each under a permit of the group's concurrency, so a slow head holds back
+ * only its own line. Every change goes to Redis with a commit of the partition's lease, so it is fenced
+ * like the offset.
  */
 export class ParkedRedelivery {
   private readonly logger = new Logger(ParkedRedelivery.name);
   private timer?: NodeJS.Timeout;
-  private running?: Promise<void>;
+  /** Lines being run now, each to its end (emptied, parked again, or stopped). */
+  private readonly running = new Map<string, Promise<void>>();
   private stopped = false;
 
   constructor(private readonly params: ParkedRedeliveryParams) {}
 
-  /** Arms the timer for the next due line (at once when one is due); does nothing while a round runs or after `stop`. */
+  /** Starts every due line that is not running, and arms the timer for the next one; nothing after `stop`. */
   schedule(): void {
-    if (this.stopped || this.running) return;
+    if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     const { lines, redis, stop } = this.params;
     if (lines.size === 0) return;
-    const { lines: due, nextAt } = lines.due();
-    let waitMs = due.length > 0 ? 0 : nextAt === undefined ? undefined : Math.max(0, nextAt - redis.clock.now());
-    if (waitMs === undefined) return;
+    const { lines: due, nextAt } = lines.due(this.running);
     // Halted while the lease may have expired: look again a little later rather than spin.
-    if (stop.stopped) waitMs = Math.max(waitMs, TROUBLE_BACKOFF_MS);
+    if (stop.stopped) {
+      if (due.length > 0 || nextAt !== undefined) this.arm(TROUBLE_BACKOFF_MS);
+      return;
+    }
+    for (const line of due) this.start(line);
+    if (nextAt !== undefined) this.arm(Math.max(0, nextAt - redis.clock.now()));
+  }
+
+  /** No more lines start; resolves when the running ones ended. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    await Promise.all(this.running.values());
+  }
+
+  private arm(waitMs: number): void {
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.running = this.round().finally(() => {
-        this.running = undefined;
-        this.schedule();
-      });
+      this.schedule();
     }, waitMs);
     this.timer.unref?.();
   }
 
-  /** No more rounds; resolves when the one running (if any) ended. */
-  stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    return this.running ?? Promise.resolve();
-  }
-
-  /** Runs every line due now, one after another. */
-  private async round(): Promise<void> {
-    for (const line of this.params.lines.due().lines) {
-      if (this.stopped || this.params.stop.stopped) return;
-      if (!(await this.runLine(line))) return;
-    }
+  private start(line: string): void {
+    const run = this.runLine(line)
+      .catch((error: unknown) => {
+        this.logger.error(this.record(`redelivery of parked line ${line} failed (${describeError(error)}); trying again later`));
+        return this.params.stop.sleep(TROUBLE_BACKOFF_MS);
+      })
+      .then(() => {
+        this.running.delete(line);
+        this.schedule();
+      });
+    this.running.set(line, run);
   }
 
   /** Tries the heads of `line` in order until it is empty or a head is parked again; false when the round must end (stop, lost lease, trouble). */

@@ -11,6 +11,7 @@ import { logRecord, type LogFields, type LogRecord } from '../../util/log-record
 import { withTimeout } from '../../util/timeout';
 import { Fetch, type FetchContext } from './fetch';
 import { CommitQueue } from './commit-queue';
+import { SHUTDOWN_REDIS_WAIT_MS, StopDeadline } from './stop-deadline';
 import type { GroupStats } from './group-stats';
 import type { PartitionLease } from '../coordination/lease';
 import type { MessageProcessor } from '../handling/message-processor';
@@ -93,6 +94,8 @@ export class PartitionWorker {
   private readonly commits: CommitQueue;
   private ended?: Promise<void>;
   private lost = false;
+  /** The stop gave up waiting for Redis: what still answers late is not reported. */
+  private leaving = false;
   private draining = false;
   /**
    * Ends the wait for the read in hand with no entries when draining starts (a read queued on a
@@ -207,15 +210,29 @@ export class PartitionWorker {
       this.logger.warn(this.record(`Redis is unreachable; leaving without a final commit`));
       return;
     }
+    // A connection that looks ready may not answer (a network cut that closed nothing): the wait is bounded.
+    const outcome = await new StopDeadline(SHUTDOWN_REDIS_WAIT_MS).within(this.commitAndRelease());
+    if (outcome !== 'late') return;
+    this.leaving = true;
+    this.commits.cancel();
+    const msg = `Redis did not answer the final commit and release within ${SHUTDOWN_REDIS_WAIT_MS} ms; leaving without them (the lease expires on its own, and the next owner starts from the last commit that landed)`;
+    this.logger.warn(this.record(msg));
+  }
+
+  /** The last commit (what is done, and the parked lines' changes) and the lease's release. */
+  private async commitAndRelease(): Promise<void> {
     try {
       await this.commits.flush();
       if (this.lost) return;
+      // Redeliveries cut off by the shutdown timeout are not crashes: the release below is clean.
+      this.params.parking?.lines.clearRunning();
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
       else if (this.params.parking?.lines.hasChanges) await this.commit(this.committed);
-      if (!this.lost) await this.params.lease.release();
+      if (!this.lost && !this.leaving) await this.params.lease.release();
     } catch (error) {
-      this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
+      if (!this.leaving)
+        this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
     }
   }
 
@@ -525,8 +542,9 @@ export class PartitionWorker {
       );
     } catch (error) {
       // Whether it landed is unknown: stop here; the partition is taken again
-      // (by this worker too) from whatever offset Redis holds.
-      this.logger.warn(this.record(`commit of ${offset} failed (${describeError(error)}); dropping the partition`, { offset }));
+      // (by this worker too) from whatever offset Redis holds. A stop that gave up on Redis said so already.
+      if (!this.leaving)
+        this.logger.warn(this.record(`commit of ${offset} failed (${describeError(error)}); dropping the partition`, { offset }));
       this.abort();
       return false;
     }

@@ -1,8 +1,6 @@
 /**
- * ATTACK (fails on the parked-keys commit): a partition's due parked lines are redelivered one after
- * another in one round, so a parked head whose handler is slow holds back the redelivery of every other
- * parked key of its partition (here 8 s), although `ordering: 'key'` promises that a failure holds back
- * only its own key and `concurrency` leaves permits free.
+ * A parked head whose handler is slow holds back only its own line: the other parked keys of its
+ * partition are redelivered side by side with it, under the group's `concurrency`.
  */
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';

@@ -1,9 +1,8 @@
 /**
- * ATTACK (fails on the parked-keys commit): a redelivery of a parked head that a graceful shutdown cuts
- * off (its handler outlives `shutdownTimeoutMs`) is counted as a crash by the next owner, so a slow head
- * is dead-lettered `max-deliveries` after a few rolling deploys although no worker ever died. The same
- * slow handler under `ordering: 'partition'` is not counted (a clean release), and the guide says only
- * "a redelivery that dies with its worker counts as a delivery".
+ * A redelivery that a graceful shutdown cuts off (its handler outlives `shutdownTimeoutMs`) is not a
+ * crash: the release is clean, so after any number of rolling restarts a slow head is never dead-lettered
+ * as `max-deliveries`, as a slow message under `ordering: 'partition'` is not. Only a redelivery that dies
+ * with its worker counts.
  */
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';

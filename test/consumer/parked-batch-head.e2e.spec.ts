@@ -1,10 +1,7 @@
 /**
- * ATTACK (fails on today's code, after the change that sends redeliveries through
- * `MessageProcessor.redeliver`): with a batch handler, a parked line's next head (one not tried yet,
- * `attempts` 0) that keeps failing is never dead-lettered by `redelivery.maxAgeMs`. Its redelivery runs
- * as a one-message batch from attempt 1; when the retries in place are spent the batch splits, and the
- * split finds the message "parked behind" its own line (`Delivery.parkedBehind`), so it answers PARKED
- * without recording the failure: the head stays at 0 attempts, due at once, and is retried in a loop.
+ * With a batch handler, a parked line's next head (not tried yet) that keeps failing is dead-lettered
+ * once it has failed for `redelivery.maxAgeMs`, like any head: its redelivery, a one-message batch, does
+ * not find it parked behind its own line.
  */
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';

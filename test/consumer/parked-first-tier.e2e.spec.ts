@@ -1,8 +1,6 @@
 /**
- * ATTACK (fails on the parked-keys commit): `redelivery.delayMs` is documented as the wait before a
- * parked message's first redelivery (then times `factor` per redelivery, with jitter between half and
- * all of it), but the tier counts the retries in place as redeliveries: with the default two retries in
- * place the first wait is `delayMs * factor ** 2` (here 8-16 s instead of at most 1 s).
+ * `redelivery.delayMs` is the wait before a parked message's first redelivery, whatever its retries in
+ * place were; each failed redelivery multiplies it by `factor` (with jitter between half and all of it).
  */
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';

@@ -1,0 +1,147 @@
+import { ParkedLines, parseLine, PARKED_FIELD_PREFIX } from '../../lib/consumer/handling/parked-lines';
+import type { RawEntry } from '../../lib/wire/codec';
+import { seededRandom } from '../support/seeded-random';
+
+const REDELIVERY = { delayMs: 1_000, factor: 2, maxDelayMs: 8_000, maxAgeMs: 60_000 };
+
+function entry(offset: string, key?: string): RawEntry {
+  return { offset, id: `id-${offset}`, event: 'e', key, time: 0, data: '{}', partition: 0 } as unknown as RawEntry;
+}
+
+function lines(mode: 'key' | 'unordered', clock: { now: number }, random = () => 1): ParkedLines {
+  return new ParkedLines({ mode, redelivery: REDELIVERY, now: () => clock.now, random });
+}
+
+const failure = (attempts = 3) => ({ error: new Error('down'), attempts, firstFailedAt: new Date() });
+
+describe('ParkedLines', () => {
+  it('parks a head, holds the later messages of its key once each, and releases them in order', () => {
+    const clock = { now: 1_000_000 };
+    const parked = lines('key', clock);
+    expect(parked.failed(entry('1-0', 'A'), failure())).toBe('parked');
+    expect(parked.holds(entry('2-0', 'A'))).toBe(true);
+    expect(parked.holds(entry('3-0', 'B'))).toBe(false);
+    parked.behind(entry('2-0', 'A'));
+    parked.behind(entry('2-0', 'A')); // read again after a restart: not twice
+    parked.behind(entry('1-0', 'A')); // the head itself, read again
+    parked.behind(entry('4-0', 'A'));
+    expect(parked.state('k:A')?.ids).toEqual(['1-0', '2-0', '4-0']);
+    expect(parked.parkedCount).toBe(3);
+    parked.release('k:A');
+    expect(parked.state('k:A')).toMatchObject({ ids: ['2-0', '4-0'], a: 0, f: 0, n: 0 });
+    expect(parked.due().lines).toEqual(['k:A']); // the next head is due at once
+    parked.release('k:A');
+    parked.release('k:A');
+    expect(parked.size).toBe(0);
+    expect(parked.takeChanges()).toEqual([[`${PARKED_FIELD_PREFIX}k:A`, '']]);
+  });
+
+  it("'unordered': a line per message, and nothing is held behind it", () => {
+    const parked = lines('unordered', { now: 1 });
+    parked.failed(entry('1-0', 'A'), failure());
+    expect(parked.holds(entry('2-0', 'A'))).toBe(false);
+    expect(parked.lineOf(entry('1-0', 'A'))).toBe('m:1-0');
+    expect(parked.isHead(entry('1-0', 'A'))).toBe(true);
+  });
+
+  it('keyless messages share one line', () => {
+    const parked = lines('key', { now: 1 });
+    parked.failed(entry('1-0'), failure());
+    expect(parked.holds(entry('2-0'))).toBe(true);
+    expect(parked.holds(entry('3-0', ''))).toBe(true);
+    expect(parked.holds(entry('4-0', 'k'))).toBe(false);
+  });
+
+  it('waits delayMs × factor per failed redelivery, capped, with equal jitter, and never past maxAgeMs', () => {
+    const clock = { now: 10_000_000 };
+    const full = lines('key', clock, () => 1);
+    const half = lines('key', clock, () => 0);
+    const waits: Array<[number, number]> = [];
+    for (let attempt = 3; attempt <= 9; attempt++) {
+      full.failed(entry('1-0', 'A'), failure(attempt));
+      half.failed(entry('1-0', 'A'), failure(attempt));
+      waits.push([half.state('k:A')!.n - clock.now, full.state('k:A')!.n - clock.now]);
+    }
+    // The first wait is delayMs whatever the retries in place were; then × factor per failed redelivery, up to maxDelayMs.
+    expect(waits).toEqual([
+      [500, 1_000],
+      [1_000, 2_000],
+      [2_000, 4_000],
+      [4_000, 8_000],
+      [4_000, 8_000],
+      [4_000, 8_000],
+      [4_000, 8_000],
+    ]);
+    // Near the end of the budget the wait ends at it; past it, the head is given up.
+    clock.now += 59_000 - (clock.now - full.state('k:A')!.f);
+    expect(full.failed(entry('1-0', 'A'), failure(10))).toBe('parked');
+    expect(full.state('k:A')!.n - full.state('k:A')!.f).toBeLessThanOrEqual(60_000);
+    clock.now += 2_000;
+    expect(full.failed(entry('1-0', 'A'), failure(11))).toBe('give-up');
+  });
+
+  it('gives up at once with maxAgeMs 0', () => {
+    const parked = new ParkedLines({ mode: 'key', redelivery: { ...REDELIVERY, maxAgeMs: 0 }, now: () => 5 });
+    expect(parked.failed(entry('1-0', 'A'), failure())).toBe('give-up');
+  });
+
+  it('writes each line with its ids first (the commit script reads the oldest from there), and reads it back', () => {
+    const parked = lines('key', { now: 7 });
+    parked.failed(entry('5-1', 'x"y'), failure());
+    parked.behind(entry('6-0', 'x"y'));
+    const [[field, value]] = parked.takeChanges();
+    expect(field).toBe('park:k:x"y');
+    expect(value.startsWith('{"ids":["5-1"')).toBe(true);
+    expect(parseLine(value)).toMatchObject({ ids: ['5-1', '6-0'], k: 'x"y', t: '6-0' });
+    const loaded = lines('key', { now: 7 });
+    expect(loaded.load({ [field]: value, position: 'x', 'park:k:bad': '{"ids":[]}' })).toEqual(['park:k:bad']);
+    expect(loaded.state('k:x"y')?.ids).toEqual(['5-1', '6-0']);
+  });
+
+  it('counts a redelivery a dead owner left running as a crash, due at once', () => {
+    const parked = lines('key', { now: 100 });
+    parked.load({ 'park:k:A': JSON.stringify({ ids: ['1-0'], k: 'A', a: 4, f: 1, n: 99_999, e: 'x', t: '1-0', r: 1, c: 2 }) });
+    parked.countCrashes();
+    expect(parked.state('k:A')).toMatchObject({ r: 0, c: 3, n: 0 });
+  });
+
+  it("applies an operator's give-up only to the heads it names, so a command applied twice never gives up the next one", () => {
+    const parked = lines('key', { now: 1 });
+    parked.failed(entry('1-0', 'A'), failure());
+    parked.behind(entry('2-0', 'A'));
+    const [command] = ParkedLines.commands({ 'parkcmd:give-up:k:A': JSON.stringify(['1-0']), 'park:k:A': '{}' });
+    expect(command).toMatchObject({ op: 'give-up', key: 'A', heads: ['1-0'] });
+    expect(parked.apply(command)).toBe(1);
+    expect(parked.state('k:A')?.g).toBe(1);
+    parked.release('k:A');
+    expect(parked.apply(command)).toBe(0);
+    expect(parked.state('k:A')?.g).toBeUndefined();
+    expect(ParkedLines.commands({ 'parkcmd:retry:*': '123', 'parkcmd:other:x': '1' })).toEqual([
+      { field: 'parkcmd:retry:*', op: 'retry', key: undefined, heads: [] },
+    ]);
+  });
+
+  it('never throws on a stored value it did not write (generated)', () => {
+    const random = seededRandom(27);
+    const pieces = ['{', '}', '[', ']', '"ids"', ':', ',', '"1-0"', 'null', '1e999', '"k"', '"t"', '-', 'true', '"a"', '0', ' ', '\\', '"'];
+    for (let i = 0; i < 2_000; i++) {
+      const length = Math.floor(random() * 20);
+      const value = Array.from({ length }, () => pieces[Math.floor(random() * pieces.length)]).join('');
+      const parsed = parseLine(value);
+      if (parsed) {
+        expect(parsed.ids.length).toBeGreaterThan(0);
+        expect(typeof parsed.k).toBe('string');
+      }
+    }
+    for (const value of [
+      '',
+      'null',
+      '[]',
+      '{"ids":"1-0"}',
+      '{"ids":["x"],"k":"a","a":0,"f":0,"n":0,"t":"1-0","c":0}',
+      '{"ids":["1-0"],"k":null}',
+    ]) {
+      expect(parseLine(value)).toBeUndefined();
+    }
+  });
+});
