@@ -114,6 +114,7 @@ export { NonRetryableError } from './errors/non-retryable.error';
 export { PartitionMismatchError } from './errors/partition-mismatch.error';
 export { PayloadTooLargeError } from './errors/payload-too-large.error';
 export { PublishManyError, type PublishOutcome } from './errors/publish-many.error';
+export { PublishTimeoutError } from './errors/publish-timeout.error';
 export { RedisFullError } from './errors/redis-full.error';
 export { RedisPermissionError } from './errors/redis-permission.error';
 export { RedisTlsError } from './errors/redis-tls.error';

@@ -12,6 +12,7 @@ import { InvalidPublishOptionsError } from '../errors/invalid-publish-options.er
 import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { PublishManyError, type PublishOutcome } from '../errors/publish-many.error';
+import { PublishTimeoutError } from '../errors/publish-timeout.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import type { AppendManyDedupInput, AppendManyDedupReply, PackedEvents, RunGuard } from '../redis/eventrail-scripts';
@@ -24,6 +25,7 @@ import { publishedEventName, publishedEventNames } from '../events/published-eve
 import { AppendCoalescer, AppendReply } from './append-coalescer';
 import { AppendRefused, outcomeOf } from './append-outcome';
 import { CallOrder, orderLane } from './call-order';
+import { withDeadline } from './publish-deadline';
 import { corkedWrite } from '../redis/corked-write';
 import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
@@ -187,14 +189,19 @@ export class EventrailPublisher {
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
     if (replicated || prepared.dedup) return this.send([prepared], replicated).then((results) => results[0]);
-    return this.appends.add(prepared).then(
+    const timeoutMs = this.options.publishTimeoutMs;
+    // Queued appends leave on the next tick at the latest: by the deadline, this one was written.
+    const answered = withDeadline(this.appends.add(prepared), timeoutMs, () => {
+      throw new PublishTimeoutError(timeoutMs, 1, true);
+    });
+    return answered.then(
       (offset) => ({
         id: prepared.id ?? this.derivedId(prepared.partition, offset as string),
         partition: prepared.partition,
         offset: offset as string,
       }),
       (error: unknown) => {
-        throw publishFailed(event, error);
+        throw error instanceof PublishTimeoutError ? error : publishFailed(event, error);
       },
     );
   }
@@ -223,7 +230,7 @@ export class EventrailPublisher {
       const lane = orderLane(input);
       if (lane !== undefined) lanes.push(lane);
     }
-    const asking = events.length > 1 ? this.scriptsAsked() : undefined;
+    const asking = events.length > 1 ? this.scriptsAsked(events.length) : undefined;
     if (Array.isArray(named) && !asking && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options);
     // Its place in the append order of each key it publishes to is taken now, in call order, whenever its checks answer.
     const checked = asking ? Promise.all([named, asking]).then(([names]) => names) : named;
@@ -237,12 +244,20 @@ export class EventrailPublisher {
    * keys' call order, so that it goes as guarded runs rather than one XADD
    * per event, which could land a later event of a partition after a refused
    * one: one round trip, once per process. Not while the connection is down
-   * (the batch is refused at once then, as any publish).
+   * (the batch is refused at once then, as any publish). A question not
+   * answered within `publishTimeoutMs` (a connection that drops packets)
+   * refuses the batch of `count` events, of which nothing was sent.
    */
-  private scriptsAsked(): Promise<void> | undefined {
+  private scriptsAsked(count: number): Promise<void> | undefined {
     if (this.appendManyOk !== undefined || !this.redis.isReady()) return undefined;
     this.appendManyWorks();
-    return this.appendManyAsked;
+    const asked = this.appendManyAsked;
+    if (!asked) return undefined;
+    const timeoutMs = this.options.publishTimeoutMs;
+    return withDeadline(asked, timeoutMs, () => {
+      const cause = new PublishTimeoutError(timeoutMs, count, false);
+      throw new PublishManyError(new Array<PublishOutcome>(count).fill('not-appended'), new Array(count), cause);
+    });
   }
 
   private async publishChecked(
@@ -305,6 +320,7 @@ export class EventrailPublisher {
       const first = prepared[sent.replies.findIndex((reply) => reply?.[0] === failed)];
       throw new PublishManyError(outcomes, results, outOfMemory(first?.event ?? '(batch)', failed) ?? failed);
     }
+    if (failed instanceof PublishTimeoutError) throw failed;
     if (failed) {
       const full = prepared.length === 1 ? outOfMemory(prepared[0].event, failed) : undefined;
       if (full) throw full;
@@ -369,10 +385,16 @@ export class EventrailPublisher {
       else for (let i = 0; i < prepared.length; i++) sent.push(this.settleInto(replies, i, this.appendOne(prepared[i])));
       if (replicated) waited = client.wait(replicas, timeoutMs);
     });
+    const deadlineMs = this.deadlineMs(replicated);
     if (corked) {
-      await Promise.all(sent);
-      if (!waited) return { replies, confirmed: Infinity };
-      return { replies, confirmed: await waited.then(Number, () => 0) };
+      const answered = Promise.all(sent).then(() => (waited ? waited.then(Number, () => 0) : Infinity));
+      // Past the deadline, what has no answer yet is reported unknown; replicas that did not confirm, as none.
+      const confirmed = await withDeadline(answered, deadlineMs, () => {
+        const timedOut = new PublishTimeoutError(deadlineMs, prepared.length, true);
+        for (let i = 0; i < replies.length; i++) replies[i] ??= [timedOut, null];
+        return 0;
+      });
+      return { replies, confirmed };
     }
     // A Cluster: one partition's events (`append` splits them), as one pipeline to its node.
     const pipeline = client.pipeline();
@@ -396,7 +418,15 @@ export class EventrailPublisher {
       });
     } else for (const p of prepared) queueOne(p);
     if (replicated) pipeline.wait(replicas, timeoutMs);
-    const answered = (await pipeline.exec()) ?? [];
+    const queued = pipeline.length;
+    const answered = await withDeadline(
+      pipeline.exec().then((replies) => replies ?? []),
+      deadlineMs,
+      (): AppendReply[] => {
+        const timedOut = new PublishTimeoutError(deadlineMs, prepared.length, true);
+        return Array.from({ length: queued }, (): AppendReply => [timedOut, null]);
+      },
+    );
     let confirmed = Infinity;
     if (replicated) {
       const [waitError, count] = answered.pop() ?? [new Error('no reply to WAIT'), 0];
@@ -580,6 +610,11 @@ export class EventrailPublisher {
   /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */
   private derivedId(partition: number, offset: string | null): string {
     return typeof offset === 'string' ? derivedEventId(this.redis.keys.logTag, partition, offset) : '';
+  }
+
+  /** How long an append waits for its answers: `publishTimeoutMs`, and the `WAIT`'s own timeout when it waits for replicas. */
+  private deadlineMs(replicated: boolean): number {
+    return this.options.publishTimeoutMs + (replicated ? this.options.replication.timeoutMs : 0);
   }
 
   private replicated(event: string, durability: Durability | undefined): boolean {

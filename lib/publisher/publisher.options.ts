@@ -16,13 +16,25 @@ export interface PublisherOptions {
    * @default 0
    */
   dedupWindowMs?: number;
+  /**
+   * Longest wait for Redis's answer to a publish, in ms; then the call rejects with `PublishTimeoutError`
+   * (the event may or may not have been appended). Bounds a connection that drops packets without a reset,
+   * which stays connected and would hold the call for minutes. With `durability: 'replicated'`,
+   * `replication.timeoutMs` is added for the `WAIT`.
+   * @default 10000
+   */
+  publishTimeoutMs?: number;
 }
 
 export type ResolvedPublisherOptions = Required<PublisherOptions>;
 
-export const PUBLISHER_OPTION_NAMES = optionNames<PublisherOptions>()(['maxPayloadBytes', 'dedupWindowMs']);
+export const PUBLISHER_OPTION_NAMES = optionNames<PublisherOptions>()(['maxPayloadBytes', 'dedupWindowMs', 'publishTimeoutMs']);
 
-export const PUBLISHER_DEFAULTS: ResolvedPublisherOptions = Object.freeze({ maxPayloadBytes: 1024 * 1024, dedupWindowMs: 0 });
+export const PUBLISHER_DEFAULTS: ResolvedPublisherOptions = Object.freeze({
+  maxPayloadBytes: 1024 * 1024,
+  dedupWindowMs: 0,
+  publishTimeoutMs: 10_000,
+});
 
 /** What `EventrailPublisher` reads of the resolved module options. */
 export type PublisherView = ResolvedLogOptions &
@@ -33,5 +45,6 @@ export function resolvePublisherOptions(options: PublisherOptions): ResolvedPubl
   return {
     maxPayloadBytes: checkInteger('maxPayloadBytes', options.maxPayloadBytes ?? PUBLISHER_DEFAULTS.maxPayloadBytes, 1, 512 * 1024 * 1024),
     dedupWindowMs: checkInteger('dedupWindowMs', options.dedupWindowMs ?? PUBLISHER_DEFAULTS.dedupWindowMs, 0, 30 * 86_400_000),
+    publishTimeoutMs: checkInteger('publishTimeoutMs', options.publishTimeoutMs ?? PUBLISHER_DEFAULTS.publishTimeoutMs, 1, 3_600_000),
   };
 }

@@ -17,6 +17,9 @@ import { type ProbeAnswer, ServerProbe } from './server-probe';
 import { normalizeRedisUrl } from './redis-url';
 import { RedisClock } from './redis-clock';
 
+/** Idle time before the kernel starts probing an owned connection (`keepAlive`, see the constructor). */
+const KEEPALIVE_MS = 10_000;
+
 /** Between two tries of the startup checks after Redis went away during them. */
 const STARTUP_RETRY_MS = 200;
 
@@ -70,7 +73,13 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
       // No CLIENT SETINFO on connect: an ACL user given eventrail's rules may not run it (Redis 7.0 has no
       // such subcommand to grant), and on Redis 7.2+ and Valkey every connection then leaves a denial in
       // ACL LOG. A user's own `disableClientInfo: false` still wins.
-      const base = { maxRetriesPerRequest: 3, disableClientInfo: true };
+      // TCP keepalive after 10 s idle instead of ioredis's 30 s: a path that drops packets without a reset
+      // leaves the connection 'ready', and on an idle connection (or one waiting in XREAD BLOCK, whose
+      // command was acknowledged) the kernel's probes, 1 s apart and 10 of them with libuv, then fail it in
+      // about 20 s instead of never. It costs one empty packet per idle 10 s and no timer in the process. It
+      // cannot help while a command is unacknowledged (retransmission takes over, about 15 minutes), which
+      // is why every publish has its own `publishTimeoutMs`. The user's own `keepAlive` wins.
+      const base = { maxRetriesPerRequest: 3, disableClientInfo: true, keepAlive: KEEPALIVE_MS };
       const client = createClient(redis, base);
       // ioredis emits 'error' on every failed reconnect; log it once per outage instead of crashing.
       let reported = false;

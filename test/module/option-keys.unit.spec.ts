@@ -223,7 +223,7 @@ describe('unknown option keys', () => {
     const own = ['isGlobal', 'metrics', 'retention', 'tracing', 'cloudEvents'];
     expect(new Set(MODULE_OPTION_NAMES).size).toBe(MODULE_OPTION_NAMES.length);
     expect([...MODULE_OPTION_NAMES].sort()).toEqual([...parts, ...own].sort());
-    expect(MODULE_OPTION_NAMES).toHaveLength(18);
+    expect(MODULE_OPTION_NAMES).toHaveLength(19);
   });
 
   it('names the key asked for, in any case, and offers nothing when no key is near', () => {
