@@ -110,7 +110,19 @@ create index if not exists ${quoteIdentifier(shortName(`${inboxBase}_handled_at`
 export function migrationSql(tables: OutboxTables, owner?: string): string {
   return `begin;
 select pg_advisory_xact_lock(${SCHEMA_LOCK_NAMESPACE}, hashtext('schema ${tables.outbox.replace(/'/g, "''")}'));
-${schemaSql(tables)}${owner === undefined ? '' : ownerSql(tables.outbox, owner)}commit;
+${owner === undefined ? '' : ownerClaimSql(tables.outbox)}${schemaSql(tables)}${owner === undefined ? '' : ownerSql(tables.outbox, owner)}commit;
+`;
+}
+
+/**
+ * Before the DDL: whether this setup may name the owner of the rows without a log, kept for the
+ * transaction. Only a setup that creates the table, or gives an older table its `log` column (its rows
+ * so far are this log's), may: a table made by `eventrail outbox migrate`, or set up by logs before,
+ * gets an owner only from its operator.
+ */
+function ownerClaimSql(table: string): string {
+  return `select set_config('eventrail.owner_claim', (to_regclass('${qualified(table)}') is null or not exists (
+  select 1 from pg_catalog.pg_attribute where attrelid = to_regclass('${qualified(table)}') and attname = 'log' and not attisdropped))::text, true);
 `;
 }
 
@@ -123,7 +135,7 @@ ${schemaSql(tables)}${owner === undefined ? '' : ownerSql(tables.outbox, owner)}
  */
 function ownerSql(table: string, owner: string): string {
   return `do $eventrail$ begin
-  if not exists (select 1 from pg_catalog.pg_attrdef d join pg_catalog.pg_attribute a on a.attrelid = d.adrelid and a.attnum = d.adnum
+  if current_setting('eventrail.owner_claim', true) = 'true' and not exists (select 1 from pg_catalog.pg_attrdef d join pg_catalog.pg_attribute a on a.attrelid = d.adrelid and a.attnum = d.adnum
       where d.adrelid = to_regclass('${qualified(table)}') and a.attname = 'log') then
     alter table ${qualified(table)} alter column log set default '${owner.replace(/'/g, "''")}';
   end if;
@@ -141,7 +153,10 @@ export function logDefaultSql(table: string): string {
     where d.adrelid = to_regclass('${qualified(table)}') and a.attname = 'log')`;
 }
 
-/** SQL that is true when `prefix` (an SQL expression, a placeholder) is the log that owns the rows without a log. */
+/**
+ * SQL that is true when `prefix` (an SQL expression, a placeholder) is the log that owns the rows without
+ * a log: the default's string literal, however it is cast (`'p'::text`, `'p'::character varying`, or not at all).
+ */
 export function ownsUnlabelledSql(table: string, prefix: string): string {
-  return `coalesce(${logDefaultSql(table)} = format('%L::text', ${prefix}::text), false)`;
+  return `coalesce(replace((regexp_match(${logDefaultSql(table)}, '^''((?:[^'']|'''')*)''(?:::[a-z ]+)?$'))[1], '''''', '''') = ${prefix}::text, false)`;
 }

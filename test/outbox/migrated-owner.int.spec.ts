@@ -12,7 +12,7 @@ import { PostgresServer, startPostgres } from '../support/postgres';
  * with `ensureSchema` the owner is "the first log set up on the table". Here two logs are set up on a
  * migrated table first; a third joins later with `ensureSchema` on.
  */
-describe('attack: a log that joins a migrated table late', () => {
+describe('outbox: a log that joins a migrated table late', () => {
   let server: PostgresServer;
   let url: string;
   let pool: Pool;

@@ -10,7 +10,7 @@ import { PostgresServer, startPostgres } from '../support/postgres';
  * The log column's default names the log that owns rows without one. These set that default the ways
  * an operator or a migration tool writes it, other than the exact text the relay compares against.
  */
-describe('attack: the owner named by a default spelled another way', () => {
+describe('outbox: the owner named by a default spelled another way', () => {
   let server: PostgresServer;
   let pool: Pool;
   let redis: Redis;
