@@ -20,6 +20,9 @@ import { RedisClock } from './redis-clock';
 /** Idle time before the kernel starts probing an owned connection (`keepAlive`, see the constructor). */
 const KEEPALIVE_MS = 10_000;
 
+/** How long the shutdown's QUIT may wait for Redis before the connection is closed without it. */
+export const QUIT_WAIT_MS = 1_000;
+
 /** Between two tries of the startup checks after Redis went away during them. */
 const STARTUP_RETRY_MS = 200;
 
@@ -173,7 +176,14 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     this.endStartupWait?.();
     for (const connection of this.duplicates) connection.disconnect();
     this.duplicates.clear();
-    if (this.owned) await this.client.quit().catch(() => this.client.disconnect());
+    if (!this.owned) return;
+    // QUIT waits for the replies still due; a connection that looks ready but gets no answer (a network cut
+    // that closed nothing) would wait for ever, so it is closed after QUIT_WAIT_MS all the same.
+    const quit = this.client.quit().then(
+      () => true,
+      () => false,
+    );
+    if (!(await withTimeout(quit, QUIT_WAIT_MS, () => false))) this.client.disconnect();
   }
 
   private async waitUntilReady(timeoutMs: number): Promise<void> {

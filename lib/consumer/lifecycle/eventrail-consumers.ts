@@ -15,6 +15,7 @@ import { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { traceDeadLetters, traceHandlers, type ProcessTracingConfig } from '../../tracing/process-tracing';
 import { checkInteger, checkObject, rejectUnknownKeys } from '../../config/option-checks';
 import { waitUntilSettled } from './settle-watch';
+import { StopDeadline } from '../pipeline/stop-deadline';
 
 /** Options of `EventrailConsumers.settled()`. */
 export interface SettleOptions {
@@ -160,14 +161,21 @@ export class EventrailConsumers implements OnApplicationBootstrap, OnModuleDestr
     return this.starting;
   }
 
-  /** Stops every group: running handlers finish (within `shutdownTimeoutMs`), offsets are committed, leases released. */
+  /**
+   * Stops every group: running handlers finish (within `shutdownTimeoutMs`), offsets are committed, leases
+   * released. Bounded whatever Redis does: resolves within the largest `shutdownTimeoutMs` of the groups plus
+   * `SHUTDOWN_REDIS_WAIT_MS` (see there); what Redis has not answered by then is left to expire.
+   */
   async stop(): Promise<void> {
     const starting = this.starting;
     this.starting = undefined;
     this.generation++;
-    // A start still waiting for Redis (degraded mode) is simply abandoned.
-    if (this.redis.isReady()) await starting?.catch(() => undefined);
-    await Promise.all([...this.groups.values()].map((g) => g.stop()));
+    const groups = [...this.groups.values()];
+    const deadline = StopDeadline.forShutdown(Math.max(0, ...groups.map((g) => g.options.shutdownTimeoutMs)));
+    // A start still waiting for Redis (degraded mode) is simply abandoned. One under way is waited for alongside the
+    // groups' stops (a group stopped in the middle of its start undoes that start when it ends), within the deadline.
+    const started = this.redis.isReady() ? deadline.within(starting?.catch(() => undefined)) : undefined;
+    await Promise.all([started, ...groups.map((g) => g.stop(deadline))]);
     this.signal.close();
     this.started = false;
   }

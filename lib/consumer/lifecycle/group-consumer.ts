@@ -17,6 +17,7 @@ import { MessageProcessor } from '../handling/message-processor';
 import { ParkedLines } from '../handling/parked-lines';
 import type { Parking } from '../handling/delivery';
 import { PartitionWorker, type PartitionWorkerParams } from '../pipeline/partition-worker';
+import { SHUTDOWN_REDIS_WAIT_MS, StopDeadline } from '../pipeline/stop-deadline';
 import { Semaphore } from '../../util/semaphore';
 import { SerialTask } from '../../util/serial-task';
 
@@ -172,22 +173,42 @@ export class GroupConsumer {
     }
   }
 
-  /** Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the group. */
-  async stop(): Promise<void> {
+  /**
+   * Hands every partition back (finishing running handlers within `shutdownTimeoutMs`) and leaves the
+   * group, all by `deadline` (by default `shutdownTimeoutMs` plus `SHUTDOWN_REDIS_WAIT_MS` from now):
+   * what Redis has not answered by then is left behind, and expires on its own.
+   */
+  async stop(deadline = StopDeadline.forShutdown(this.options.shutdownTimeoutMs)): Promise<void> {
     this.stops++;
     // Given back even when the start failed on its way: the claim was taken first.
     releaseGroup(this.redis.keys.prefix, this.name, this);
     if (!this.running) return;
     this.running = false;
     clearInterval(this.timer);
-    await this.rebalancer.current?.catch(() => undefined);
-    await Promise.all([...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)));
+    // The rebalance in progress is waited for alongside the workers, not before them: it may be waiting on Redis
+    // (an acquire, an announce), and the handlers' time starts now. A lease it acquires from here on goes straight back.
+    const handedBack = await deadline.within(
+      Promise.all([
+        this.rebalancer.current?.catch(() => undefined),
+        ...[...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)),
+      ]),
+    );
     if (!this.redis.isReady()) return; // membership expires on its own
+    if (handedBack === 'late' || (await deadline.within(this.leave(deadline))) === 'late') {
+      const msg = `Group "${this.name}": Redis did not answer within shutdownTimeoutMs + ${SHUTDOWN_REDIS_WAIT_MS} ms; leaving without a clean hand-over (leases and membership expire on their own)`;
+      this.logger.warn(logRecord(msg, { group: this.name }));
+    }
+  }
+
+  /** Leaves the group at once and tells the others, so they take the partitions now rather than at their next heartbeat. */
+  private async leave(deadline: StopDeadline): Promise<void> {
     try {
       await this.bars.leave(this.membership.wants.able);
       await this.membership.leave();
       await this.announce(this.name);
     } catch (error) {
+      // Failed after the deadline (the connection closed under it): the stop said so already.
+      if (deadline.leftMs === 0) return;
       this.logger.warn(
         logRecord(`Group "${this.name}": could not leave cleanly (${describeError(error)}); membership expires on its own`, {
           group: this.name,
@@ -219,6 +240,8 @@ export class GroupConsumer {
       await this.rebalancer.run();
       if (this.metrics.wantsLag) await this.sampleLag();
     } catch (error) {
+      // A tick that a stop overtook (its heartbeat failed when the connection closed) has nothing to retry.
+      if (!this.running) return;
       if (!this.tickFailing)
         this.logger.warn(logRecord(`Group "${this.name}": heartbeat failed (${describeError(error)}); retrying`, { group: this.name }));
       this.tickFailing = true;
