@@ -148,8 +148,8 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
   const { maxRetries, ordering } = run.schedule.consumer;
   // 'unordered' promises no order within a key: only the parked message waits.
   if (ordering === 'unordered') return;
-  // Parked modes: an entry's final failure is the last attempt before its dead letter (redeliveries go on until its age runs out).
-  const lastFailure = ordering === 'key' ? lastAttemptsOfDeadLetters(run, group) : undefined;
+  // Parked modes: an entry's final failure is an attempt a dead letter names (redeliveries go on until its age runs out).
+  const finalAttempts = ordering === 'key' ? deadLetteredAttempts(run, group) : undefined;
   // Per chain (key, or keyless partition): the group's entries in stream order, and each entry's place.
   const chains = new Map<string, FuzzLogEntry[]>();
   const place = new Map<string, { chain: string; index: number; entry: FuzzLogEntry }>();
@@ -183,8 +183,8 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
     if (!found) continue;
     const poison = found.entry.data.poison?.[group];
     // The attempt after which the library dead-letters the entry (poison wins over a transient failure).
-    const finalFailure = lastFailure
-      ? a.outcome !== 'H' && lastFailure.get(at) === a
+    const finalFailure = finalAttempts
+      ? a.outcome !== 'H' && finalAttempts.has(`${at}|${a.attempt}`)
       : a.outcome === 'P' && (poison === 'non-retryable' || a.attempt > maxRetries);
     if (a.outcome !== 'H' && !finalFailure) continue;
     if (!settled.has(at)) {
@@ -204,16 +204,14 @@ function checkKeyOrder(run: RunRecord, group: string, add: Add): void {
   }
 }
 
-/** Per dead-lettered entry of `group`: its last attempt in the run (the one before its dead letter, or before its replay's). */
-function lastAttemptsOfDeadLetters(run: RunRecord, group: string): Map<string, RunRecord['attempts'][number]> {
+/**
+ * The attempts of `group` after which an entry was dead-lettered, as `<partition>|<offset>|<attempt>`: a
+ * dead letter records the attempt it gave up after. (An entry handled again after a replay or a Redis
+ * crash can be dead-lettered more than once.)
+ */
+function deadLetteredAttempts(run: RunRecord, group: string): Set<string> {
   const letters = run.deadLetters.get(group);
-  const lettered = new Set([...(letters?.current ?? []), ...(letters?.replayed ?? [])].map((d) => ref(d.partition, d.offset)));
-  const last = new Map<string, RunRecord['attempts'][number]>();
-  for (const a of run.attempts) {
-    const at = ref(a.partition, a.offset);
-    if (a.group === group && lettered.has(at) && a.outcome !== 'H') last.set(at, a);
-  }
-  return last;
+  return new Set([...(letters?.current ?? []), ...(letters?.replayed ?? [])].map((d) => `${ref(d.partition, d.offset)}|${d.attempts}`));
 }
 
 function checkDeadLetters(run: RunRecord, add: Add): void {
