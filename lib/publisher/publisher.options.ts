@@ -20,7 +20,8 @@ export interface PublisherOptions {
    * Longest wait for Redis's answer to a publish, in ms; then the call rejects with `PublishTimeoutError`
    * (the event may or may not have been appended). Bounds a connection that drops packets without a reset,
    * which stays connected and would hold the call for minutes. With `durability: 'replicated'`,
-   * `replication.timeoutMs` is added for the `WAIT`.
+   * `replication.timeoutMs` is added for the `WAIT`. Keep it above `replication.timeoutMs` when some calls
+   * ask for replicas: a `WAIT` holds the commands sent after it on the connection until it returns.
    * @default 10000
    */
   publishTimeoutMs?: number;

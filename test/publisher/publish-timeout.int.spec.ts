@@ -20,6 +20,11 @@ import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/he
 const PUBLISH_TIMEOUT_MS = 1_000;
 /** What the bound allows on top of `publishTimeoutMs`: timers and a busy machine, not a performance figure. */
 const MARGIN_MS = 2_000;
+/**
+ * `replication.timeoutMs`: a `WAIT` holds the commands behind it on the connection for up to this long
+ * (no replica confirms here), so it stays well below `publishTimeoutMs`.
+ */
+const WAIT_MS = 200;
 
 /**
  * A TCP proxy to the test Redis that can cut the path silently: both sides of
@@ -129,7 +134,13 @@ describe('publish over a silently dropped connection', () => {
   beforeAll(async () => {
     redis = new Redis(testRedisUrl());
     const proxied = await proxy.listen();
-    const options = { redis: proxied, prefix, publishTimeoutMs: PUBLISH_TIMEOUT_MS, dedupWindowMs: 600_000 };
+    const options = {
+      redis: proxied,
+      prefix,
+      publishTimeoutMs: PUBLISH_TIMEOUT_MS,
+      dedupWindowMs: 600_000,
+      replication: { timeoutMs: WAIT_MS },
+    };
     app = await createApp(options);
     publisher = app.get(EventrailPublisher);
     // The first publishMany asks whether the append scripts run here; a second one runs as scripts.
@@ -194,6 +205,15 @@ describe('publish over a silently dropped connection', () => {
       expect(error.message).toMatch(/may or may not have been appended/);
     }
 
+    // Waiting for replicas adds the WAIT's own timeout (replication.timeoutMs) to the bound.
+    const replicated = await settledWithin(publisher.publish('cut.replicated', { n: 5 }, { durability: 'replicated' }), bound + WAIT_MS);
+    expect(replicated.state).toBe('rejected');
+    if (replicated.state === 'rejected') {
+      expect(replicated.error).toBeInstanceOf(PublishTimeoutError);
+      expect((replicated.error as PublishTimeoutError).timeoutMs).toBe(PUBLISH_TIMEOUT_MS + WAIT_MS);
+      expect(replicated.elapsedMs).toBeGreaterThanOrEqual(PUBLISH_TIMEOUT_MS + WAIT_MS - 50);
+    }
+
     // A publisher that never asked whether the scripts run sends nothing until it knows: nothing was appended.
     const coldMany = await settledWithin(
       cold.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'cut.cold', data: { n } }))),
@@ -225,6 +245,7 @@ describe('publish over a silently dropped connection', () => {
     for (const n of [1, 2, 3]) expect(count((e) => e.id === `many-${n}`)).toBe(1);
     // Not retried: at most once each (held back by the cut, they may land once it heals).
     for (const n of [1, 2]) expect(count((e) => e.event === 'cut.plain' && JSON.parse(e.data).n === n)).toBeLessThanOrEqual(1);
+    expect(count((e) => e.event === 'cut.replicated')).toBeLessThanOrEqual(1);
     // Refused before anything was sent: never appended.
     expect(count((e) => e.event === 'cut.cold')).toBe(0);
     expect(count((e) => e.event === 'healed')).toBe(1);
