@@ -117,6 +117,13 @@ export class ParkedRedelivery {
         lines.release(line);
         continue;
       }
+      // A member without a handler for it (a rolling deploy that removed one) passes it over, as a fetch does:
+      // not handled, so no done-mark and no count.
+      if (!this.params.processor.wants(entry)) {
+        this.logger.debug(this.record(`parked entry ${head} has no handler in this member; passed over`));
+        lines.release(line);
+        continue;
+      }
       // With idempotency: handled earlier in this line (its mark not sent yet), or marked done in Redis.
       const done =
         !isMalformed(entry) && this.params.isDone && (handled.includes(entry.id) || (await this.params.isDone(entry).catch(() => false)));
