@@ -255,8 +255,9 @@ export class EventrailAdmin {
   /**
    * Dead-letters the head of `key`'s parked line now (reason `retries-exhausted`, the error says an
    * operator gave it up and carries the last failure); the next message of the key becomes the head and
-   * is tried at once. Applied by the partition's owner as `retryParked` is. Resolves with how many
-   * partitions had a line of that key.
+   * is tried at once (with `ordering: 'unordered'`, where each parked message is a line of its own, every
+   * parked message of the key is dead-lettered). Applied by the partition's owner as `retryParked` is.
+   * Resolves with how many partitions had a line of that key.
    */
   async giveUpParked(group: string, { key }: { key: string }): Promise<number> {
     await this.facts.assertExists(group);
