@@ -13,8 +13,8 @@ const FAILING_KEY = keyOf(0, KEYS);
  * Failure isolation: one key among 1000 on one partition fails for a while
  * (its handler throws until then), the others succeed. The rate is that of
  * the other keys' events: how long the group takes to handle all of them.
- * With `ordering: 'key'` the failing key is parked after its quick retries
- * in place and the others go on; with `'partition'` (retries in place with
+ * With `ordering: 'key'` the failing key is parked at its first failure
+ * (its quick retries are redeliveries) and the others go on; with `'partition'` (retries in place with
  * their default budget) the partition waits for it. The reference is the
  * same drain with no failing key. Partitions 1, concurrency 1.
  */

@@ -9,9 +9,9 @@ import { isStreamId } from '../wire/stream-id';
 export type InitialOffset = { mode: 'fromStart' } | { mode: 'fromEnd' } | { mode: 'fromId'; id: string } | { mode: 'fromTime'; time: Date };
 
 /**
- * What a message that keeps failing holds back once its retries in place are spent: its partition
- * (`'partition'`), only its key (`'key'`: it is parked with the later messages of its key, other keys
- * go on), or nothing (`'unordered'`: only the message is parked).
+ * What a message that keeps failing holds back: its partition while it retries in place (`'partition'`),
+ * only its key (`'key'`: it is parked at its first failure, with the later messages of its key behind it,
+ * and other keys go on), or nothing (`'unordered'`: only the message is parked).
  */
 export type Ordering = 'partition' | 'key' | 'unordered';
 
@@ -86,16 +86,17 @@ export interface ConsumerOptions {
    */
   initialOffset?: InitialOffset;
   /**
-   * What a failing message holds back once its retries in place are spent (see `Ordering`).
-   * With `'key'` or `'unordered'`, the message is parked instead of dead-lettered and comes back through
-   * the `redelivery` tiers; the retries in place then default to 2, 200 ms apart, up to 2 s.
+   * What a failing message holds back (see `Ordering`). With `'key'` or `'unordered'`, the message is
+   * parked at its first failure (no retry in place) and comes back through quick tiers (`maxRetries`,
+   * `retryBackoffMs`, `retryBackoffMaxMs`: then 2, 200 ms, 2 s by default) and then the `redelivery` tiers.
    * @default 'partition'
    */
   ordering?: Ordering;
   /** The tiers of the parked stage (`ordering` `'key'` or `'unordered'`); ignored with `'partition'`. */
   redelivery?: RedeliveryOptions;
   /**
-   * Retries of a failing handler, in place, before the message is given up.
+   * Retries of a failing handler, in place, before the message is given up. With `ordering` `'key'` or
+   * `'unordered'`: the quick redeliveries of a parked message, before its `redelivery` tiers (default 2).
    * Where `maxRetryAgeMs` is set without `maxRetries` next to it (in the same options object), the count
    * is unlimited and the time budget alone decides.
    * @default 5
@@ -109,12 +110,13 @@ export interface ConsumerOptions {
    */
   maxRetryAgeMs?: number;
   /**
-   * First retry delay; doubles on every retry, with jitter.
+   * First retry delay; doubles on every retry, with jitter. With `ordering` `'key'` or `'unordered'`: of
+   * the quick tiers (default 200).
    * @default 1000
    */
   retryBackoffMs?: number;
   /**
-   * Upper bound of the retry delay.
+   * Upper bound of the retry delay. With `ordering` `'key'` or `'unordered'`: of the quick tiers (default 2000).
    * @default 30000
    */
   retryBackoffMaxMs?: number;
@@ -223,8 +225,8 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
 });
 
 /**
- * The retries in place where a failing message is parked after them (`'key'`, `'unordered'`): a few
- * quick ones, since the fetch it belongs to waits for them. They apply where the option was not set.
+ * The quick tiers of a parked message (`'key'`, `'unordered'`), before its `redelivery` tiers: a few
+ * redeliveries hundreds of ms apart, for a blip. They apply where the option was not set.
  */
 export const PARKING_IN_PLACE_DEFAULTS = Object.freeze({ maxRetries: 2, retryBackoffMs: 200, retryBackoffMaxMs: 2_000 });
 type InPlaceOption = keyof typeof PARKING_IN_PLACE_DEFAULTS;
@@ -301,7 +303,7 @@ export function resolveConsumerOptions(
   checkBoolean(`${path}.enableIdempotency`, merged.enableIdempotency);
   checkInteger(`${path}.idempotencyTtlMs`, merged.idempotencyTtlMs, 1_000, 365 * 86_400_000);
   validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
-  // Where a parked stage follows, the retries in place are a few quick ones unless they were set.
+  // Where a parked stage follows, the retry options set its quick tiers: a few quick ones unless they were set.
   for (const key of IN_PLACE_OPTIONS) {
     if (!explicit.has(key)) merged[key] = merged.ordering === 'partition' ? DEFAULT_CONSUMER_OPTIONS[key] : PARKING_IN_PLACE_DEFAULTS[key];
   }

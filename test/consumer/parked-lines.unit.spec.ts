@@ -3,13 +3,14 @@ import type { RawEntry } from '../../lib/wire/codec';
 import { seededRandom } from '../support/seeded-random';
 
 const REDELIVERY = { delayMs: 1_000, factor: 2, maxDelayMs: 8_000, maxAgeMs: 60_000 };
+const NO_QUICK = { maxRetries: 0, retryBackoffMs: 200, retryBackoffMaxMs: 2_000 };
 
 function entry(offset: string, key?: string): RawEntry {
   return { offset, id: `id-${offset}`, event: 'e', key, time: 0, data: '{}', partition: 0 } as unknown as RawEntry;
 }
 
-function lines(mode: 'key' | 'unordered', clock: { now: number }, random = () => 1): ParkedLines {
-  return new ParkedLines({ mode, redelivery: REDELIVERY, now: () => clock.now, random });
+function lines(mode: 'key' | 'unordered', clock: { now: number }, random = () => 1, quick = NO_QUICK): ParkedLines {
+  return new ParkedLines({ mode, redelivery: REDELIVERY, quick, now: () => clock.now, random });
 }
 
 const failure = (attempts = 3) => ({ error: new Error('down'), attempts, firstFailedAt: new Date() });
@@ -62,7 +63,7 @@ describe('ParkedLines', () => {
       half.failed(entry('1-0', 'A'), failure(attempt));
       waits.push([half.state('k:A')!.n - clock.now, full.state('k:A')!.n - clock.now]);
     }
-    // The first wait is delayMs whatever the retries in place were; then × factor per failed redelivery, up to maxDelayMs.
+    // Without quick tiers the first wait is delayMs, whatever attempt failed; then × factor per failed redelivery, up to maxDelayMs.
     expect(waits).toEqual([
       [500, 1_000],
       [1_000, 2_000],
@@ -80,8 +81,32 @@ describe('ParkedLines', () => {
     expect(full.failed(entry('1-0', 'A'), failure(11))).toBe('give-up');
   });
 
+  it('waits the quick tiers first (maxRetries of them, retryBackoffMs doubling up to retryBackoffMaxMs), then the redelivery tiers', () => {
+    const clock = { now: 10_000_000 };
+    const quick = { maxRetries: 3, retryBackoffMs: 200, retryBackoffMaxMs: 500 };
+    const full = lines('key', clock, () => 1, quick);
+    const half = lines('key', clock, () => 0, quick);
+    const waits: Array<[number, number]> = [];
+    for (let attempt = 1; attempt <= 6; attempt++) {
+      full.failed(entry('1-0', 'A'), failure(attempt));
+      half.failed(entry('1-0', 'A'), failure(attempt));
+      waits.push([half.state('k:A')!.n - clock.now, full.state('k:A')!.n - clock.now]);
+    }
+    expect(waits).toEqual([
+      [100, 200],
+      [200, 400],
+      [250, 500],
+      [500, 1_000],
+      [1_000, 2_000],
+      [2_000, 4_000],
+    ]);
+    // Each line has its own tiers: another key parked now starts at the first quick one.
+    expect(full.failed(entry('1-0', 'B'), failure(1))).toBe('parked');
+    expect(full.state('k:B')!.n - clock.now).toBe(200);
+  });
+
   it('gives up at once with maxAgeMs 0', () => {
-    const parked = new ParkedLines({ mode: 'key', redelivery: { ...REDELIVERY, maxAgeMs: 0 }, now: () => 5 });
+    const parked = new ParkedLines({ mode: 'key', redelivery: { ...REDELIVERY, maxAgeMs: 0 }, quick: NO_QUICK, now: () => 5 });
     expect(parked.failed(entry('1-0', 'A'), failure())).toBe('give-up');
   });
 

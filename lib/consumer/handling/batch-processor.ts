@@ -112,7 +112,7 @@ export class BatchProcessor {
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
         // Remembered under the batch's first entry: a batch after a restart starts at the same one.
         firstFailedAt ??= await this.delivery.failingSince(members[0].entry, partition, now, error);
-        const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+        const verdict = retryVerdict(this.delivery.inPlace, attempt, error, firstFailedAt.getTime(), now.getTime());
         if ('giveUp' in verdict && firstAttempt > 1 && members.length === 1) {
           // A redelivered message alone: nothing to split; its failure goes where its redelivery decides.
           const [member] = members;
@@ -176,7 +176,7 @@ export class BatchProcessor {
     for (;;) {
       if (hasError) {
         const now = new Date();
-        const verdict = retryVerdict(this.options, attempt, error, start.firstFailedAt.getTime(), now.getTime());
+        const verdict = retryVerdict(this.delivery.inPlace, attempt, error, start.firstFailedAt.getTime(), now.getTime());
         if ('giveUp' in verdict)
           return this.delivery.giveUp(member.entry, partition, verdict.giveUp, error, attempt, start.firstFailedAt, now);
         this.delivery.warnRetry(member.entry, partition, attempt, verdict.retryInMs, error);

@@ -17,6 +17,7 @@ import type { FailedMessageSink } from './failed-message';
 import type { HandlerMap } from './group-plan';
 import { GIVEN_UP, PARKED, type Outcome } from './outcome';
 import type { ParkedLines } from './parked-lines';
+import type { RetryLimits } from './retry-policy';
 
 /** The parked lines of the partitions this process works (`'key'` and `'unordered'` ordering). */
 export interface Parking {
@@ -31,6 +32,13 @@ export type Payload = ReturnType<typeof decodePayload>;
  * One per group; `MessageProcessor` and `BatchProcessor` each hold it.
  */
 export class Delivery {
+  /**
+   * The retry budget in place. Where a parked stage follows (`'key'`, `'unordered'`) there is none: a
+   * failing message is parked at its first failure and its quick retries are the first tiers of its
+   * redelivery, so they never hold the fetch (and the other keys) they came from.
+   */
+  readonly inPlace: RetryLimits;
+
   constructor(
     readonly group: string,
     private readonly handlers: HandlerMap,
@@ -42,9 +50,11 @@ export class Delivery {
     /** The processor's logger: retries and give-ups keep the `MessageProcessor` context that log filters know. */
     private readonly logger: Logger,
     private readonly memory?: FailureMemory,
-    /** Where a message that ran out of retries in place is parked instead of dead-lettered; absent with `'partition'` ordering. */
+    /** Where a failing message is parked instead of retried in place and dead-lettered; absent with `'partition'` ordering. */
     private readonly parking?: Parking,
-  ) {}
+  ) {
+    this.inPlace = parking ? { ...options, maxRetries: 0, maxRetryAgeMs: 0 } : options;
+  }
 
   /** With `'key'` ordering, when `entry`'s key is parked in its partition: parks it behind the line (no call) and answers true. */
   parkedBehind(entry: RawEntry | MalformedEntry, partition: number, exceptHead = false): boolean {

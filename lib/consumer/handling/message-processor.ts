@@ -201,7 +201,7 @@ export class MessageProcessor {
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
     const firstFailedAt = firstFailure ?? (await this.delivery.failingSince(entry, partition, now, error));
-    const verdict = retryVerdict(this.options, attempt, error, firstFailedAt.getTime(), now.getTime());
+    const verdict = retryVerdict(this.delivery.inPlace, attempt, error, firstFailedAt.getTime(), now.getTime());
     if ('giveUp' in verdict) return this.delivery.giveUp(entry, partition, verdict.giveUp, error, attempt, firstFailedAt, now);
     this.delivery.warnRetry(entry, partition, attempt, verdict.retryInMs, error);
     if (await this.delivery.pause(stop, verdict.retryInMs)) return ABANDONED;

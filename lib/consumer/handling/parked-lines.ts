@@ -1,7 +1,8 @@
-import type { RedeliveryOptions } from '../consumer.options';
+import type { RedeliveryOptions, ResolvedConsumerOptions } from '../consumer.options';
 import { isMalformed, type MalformedEntry, type RawEntry } from '../../wire/codec';
 import { compareStreamIds, isStreamId } from '../../wire/stream-id';
 import { describeThrown } from '../../util/describe-error';
+import { retryDelayMs } from '../../util/backoff';
 
 /** The prefix of a parked line's field in its partition's recovery hash. */
 export const PARKED_FIELD_PREFIX = 'park:';
@@ -67,6 +68,11 @@ export interface ParkedFailure {
 export interface ParkedLinesConfig {
   mode: 'key' | 'unordered';
   redelivery: Required<RedeliveryOptions>;
+  /**
+   * The quick tiers before the `redelivery` ones: `maxRetries` redeliveries, `retryBackoffMs` apart at
+   * first, doubling up to `retryBackoffMaxMs` (the same backoff a retry in place has with `'partition'`).
+   */
+  quick: Pick<ResolvedConsumerOptions, 'maxRetries' | 'retryBackoffMs' | 'retryBackoffMaxMs'>;
   /** Redis's clock (ms): every time a line stores is on it, so skewed workers agree. */
   now: () => number;
   random?: () => number;
@@ -311,10 +317,16 @@ export class ParkedLines {
     }
   }
 
-  /** The wait before the head's next redelivery: `delayMs` times `factor` per redelivery already failed, capped, with equal jitter. */
+  /**
+   * The wait before the head's next redelivery, with equal jitter: the quick tiers first (the retry
+   * backoff), then `delayMs` times `factor` per later redelivery that failed, capped at `maxDelayMs`.
+   */
   private delayMs(state: ParkedLineState): number {
+    const failed = state.d ?? 0;
+    const { maxRetries, retryBackoffMs, retryBackoffMaxMs } = this.config.quick;
+    if (failed < maxRetries) return retryDelayMs(failed + 1, retryBackoffMs, retryBackoffMaxMs, this.random);
     const { delayMs, factor, maxDelayMs } = this.config.redelivery;
-    const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(state.d ?? 0, 60));
+    const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(failed - maxRetries, 60));
     return Math.round(full / 2 + this.random() * (full / 2));
   }
 }

@@ -420,7 +420,7 @@ export class GroupConsumer {
   private parkingFor(partition: number): PartitionWorkerParams['parking'] {
     const { ordering, redelivery } = this.options;
     if (ordering === 'partition' || !this.retryProcessor) return undefined;
-    const lines = new ParkedLines({ mode: ordering, redelivery, now: () => this.redis.clock.now() });
+    const lines = new ParkedLines({ mode: ordering, redelivery, quick: this.options, now: () => this.redis.clock.now() });
     this.parked.set(partition, lines);
     return { lines, retryProcessor: this.retryProcessor };
   }
