@@ -22,6 +22,18 @@ export function leaseEpoch(token: string): string {
   return token.slice(token.lastIndexOf(':') + 1);
 }
 
+/**
+ * Whether `token` was issued right after `previous` to the same worker: the
+ * lease this worker takes is the one it held itself until it lapsed (its
+ * event loop, or Redis, stalled past the TTL), with no other holder between.
+ * The epoch counter moves only when a lease is taken (acquireLease-5.lua), so
+ * the epoch before this one was the last holder's.
+ */
+export function followsOwnLease(previous: string | undefined, token: string): boolean {
+  if (previous === undefined || leaseOwner(previous) !== leaseOwner(token)) return false;
+  return Number(leaseEpoch(previous)) + 1 === Number(leaseEpoch(token));
+}
+
 /** What acquiring gives a worker: its lease, where the group's offset stands, and whether the last holder left cleanly. */
 export interface AcquiredLease {
   lease: PartitionLease;

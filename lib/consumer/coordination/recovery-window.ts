@@ -14,9 +14,11 @@ export type DeliveryVerdict = 'handle' | 'dead-lettered' | 'retry';
 
 /**
  * Crash-loop detection, paid for only after a takeover. When a worker takes
- * over a partition whose previous owner did not release it (it died, froze or
- * lost Redis), entries go one at a time for one batch's length: each is
- * counted in Redis before it starts and committed before the next, so a
+ * over a partition whose previous owner, another process, did not release it
+ * (it died, or froze or lost Redis long enough; a process taking back its
+ * own lapsed lease counts nothing, see GroupConsumer), entries go one at a
+ * time for one batch's length: each is counted in Redis before it starts and
+ * committed before the next, so a
  * message that kills every worker that handles it is the one whose count
  * grows, and it is dead-lettered unhandled once it reaches `maxDeliveries`.
  * The happy path counts nothing.
@@ -56,6 +58,12 @@ export class RecoveryWindow {
   async countDelivery(entry: RawEntry | MalformedEntry): Promise<DeliveryVerdict> {
     try {
       const deliveries = await this.lease.countDelivery(entry.offset);
+      if (deliveries > 1 && deliveries < this.maxDeliveries) {
+        // The entry was started before by a worker that never finished it: what an operator sees a crash loop by.
+        const { group, partition } = this.lease;
+        const msg = `Group "${group}" partition ${partition}: entry ${entry.offset} delivered ${deliveries} times to workers that did not finish it (dead-lettered at maxDeliveries ${this.maxDeliveries})`;
+        this.logger.warn(logRecord(msg, { group, partition, offset: entry.offset, deliveries }));
+      }
       if (deliveries < this.maxDeliveries) return 'handle';
       await this.sink.giveUpCrashLoop(entry, this.lease.partition, deliveries);
       this.stats.deadLettered++;

@@ -8,7 +8,7 @@ import { logRecord } from '../../util/log-record';
 import { newGroupStats, type GroupStats } from '../pipeline/group-stats';
 import type { FailedMessageSink } from '../handling/failed-message';
 import type { HandlerMap } from '../handling/group-plan';
-import { AcquiredLease, PartitionLease } from '../coordination/lease';
+import { AcquiredLease, followsOwnLease, PartitionLease } from '../coordination/lease';
 import { MemberBars } from '../coordination/member-bars';
 import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
@@ -62,6 +62,8 @@ export class GroupConsumer {
   /** The gaps last reported by `reportStalled` ('' while some member is able). */
   private stalled = '';
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
+  /** The last lease token this process held per partition: a lease it takes right after its own lapsed is no crash. */
+  private readonly lastTokens = new Map<number, string>();
 
   constructor(
     readonly name: string,
@@ -393,11 +395,17 @@ export class GroupConsumer {
       return false;
     }
     const { partition } = lease;
+    // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died
+    // handling the entry after the offset, so no delivery is counted. Another holder between, or another
+    // process (an earlier run of this one too), did not release it: that is counted.
+    const resumed = recovering && followsOwnLease(this.lastTokens.get(partition), lease.token);
+    this.lastTokens.set(partition, lease.token);
+    const crashed = recovering && !resumed;
     const parking = this.parkingFor(partition);
     const worker = new PartitionWorker({
       lease,
       committed,
-      recovering,
+      recovering: crashed,
       stats: this.stats,
       metrics: this.metrics,
       redis: this.redis,
@@ -410,9 +418,13 @@ export class GroupConsumer {
     this.workers.set(partition, worker);
     worker.start((ended) => this.onWorkerEnd(ended));
     this.metrics.emit('onLeaseAcquired', this.name, partition);
-    const how = recovering ? ' from a worker that did not release it (recovering one entry at a time)' : '';
+    const how = crashed
+      ? ' from a worker that did not release it (recovering one entry at a time, counting deliveries)'
+      : resumed
+        ? ' again after its own lease lapsed (this process stalled past lockTtlMs or lost Redis; not counted as a crash)'
+        : '';
     const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
-    this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering }));
+    this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering: crashed, resumed }));
     return true;
   }
 

@@ -379,7 +379,9 @@ export class PartitionWorker {
         const fields = await redis.client.hgetall(redis.keys.recovery(lease.group, lease.partition));
         const dropped = lines.load(fields);
         if (dropped.length > 0) this.logger.error(this.record(`parked lines it cannot read were dropped: ${dropped.join(', ')}`));
-        lines.countCrashes();
+        // Redeliveries left running by a lease of this process that lapsed are no crash (see GroupConsumer.startWorker).
+        if (this.params.recovering) lines.countCrashes();
+        else lines.clearRunning();
         await this.applyParkedCommands(fields);
         break;
       } catch (error) {
