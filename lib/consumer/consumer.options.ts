@@ -88,36 +88,39 @@ export interface ConsumerOptions {
   /**
    * What a failing message holds back (see `Ordering`). With `'key'` or `'unordered'`, the message is
    * parked at its first failure (no retry in place) and comes back through quick tiers (`maxRetries`,
-   * `retryBackoffMs`, `retryBackoffMaxMs`: then 2, 200 ms, 2 s by default) and then the `redelivery` tiers.
-   * @default 'partition'
+   * `retryBackoffMs`, `retryBackoffMaxMs`: 2, 200 ms, 2 s by default) and then the `redelivery` tiers.
+   * With `'partition'` it is retried in place (5 times, 1 s doubling to 30 s, by default), then dead-lettered.
+   * @default 'key'
    */
   ordering?: Ordering;
   /** The tiers of the parked stage (`ordering` `'key'` or `'unordered'`); ignored with `'partition'`. */
   redelivery?: RedeliveryOptions;
   /**
    * Retries of a failing handler, in place, before the message is given up. With `ordering` `'key'` or
-   * `'unordered'`: the quick redeliveries of a parked message, before its `redelivery` tiers (default 2).
+   * `'unordered'`: the quick redeliveries of a parked message, before its `redelivery` tiers.
    * Where `maxRetryAgeMs` is set without `maxRetries` next to it (in the same options object), the count
-   * is unlimited and the time budget alone decides.
-   * @default 5
+   * is unlimited and the time budget alone decides (`'partition'` only).
+   * @default 2 (5 with `ordering: 'partition'`)
    */
   maxRetries?: number;
   /**
    * Retry by time: a failing message is retried (with the capped backoff, the partition waiting) until it
    * has been failing for this long, then given up (`retries-exhausted`). With `maxRetries` set as well,
    * whichever limit comes first. 0 turns it off (count-based retries only, as the original eventrail).
+   * With `ordering` `'key'` or `'unordered'` there is no retry in place: set here, it is how long a parked
+   * message may fail (`redelivery.maxAgeMs`), unless that is set next to it.
    * @default 0
    */
   maxRetryAgeMs?: number;
   /**
    * First retry delay; doubles on every retry, with jitter. With `ordering` `'key'` or `'unordered'`: of
-   * the quick tiers (default 200).
-   * @default 1000
+   * the quick tiers.
+   * @default 200 (1000 with `ordering: 'partition'`)
    */
   retryBackoffMs?: number;
   /**
-   * Upper bound of the retry delay. With `ordering` `'key'` or `'unordered'`: of the quick tiers (default 2000).
-   * @default 30000
+   * Upper bound of the retry delay. With `ordering` `'key'` or `'unordered'`: of the quick tiers.
+   * @default 2000 (30000 with `ordering: 'partition'`)
    */
   retryBackoffMaxMs?: number;
   /**
@@ -212,25 +215,27 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   heartbeatTtlMs: 30_000,
   shutdownTimeoutMs: 10_000,
   initialOffset: { mode: 'fromStart' } as InitialOffset,
-  maxRetries: 5,
+  maxRetries: 2,
   maxRetryAgeMs: 0,
-  retryBackoffMs: 1_000,
-  retryBackoffMaxMs: 30_000,
+  retryBackoffMs: 200,
+  retryBackoffMaxMs: 2_000,
   maxDeliveries: 10,
   handlerTimeoutMs: 0,
   enableIdempotency: false,
   idempotencyTtlMs: 86_400_000,
-  ordering: 'partition',
+  ordering: 'key',
   redelivery: Object.freeze({ delayMs: 2_000, factor: 2, maxDelayMs: 300_000, maxAgeMs: 3_600_000 }),
 });
 
 /**
- * The quick tiers of a parked message (`'key'`, `'unordered'`), before its `redelivery` tiers: a few
- * redeliveries hundreds of ms apart, for a blip. They apply where the option was not set.
+ * The retries in place of `'partition'` ordering, where a failing message holds its partition until it
+ * is handled or dead-lettered: about half a minute. They apply where the option was not set. (With
+ * `'key'` and `'unordered'`, the defaults above are the quick tiers of a parked message: a few
+ * redeliveries hundreds of ms apart, for a blip.)
  */
-export const PARKING_IN_PLACE_DEFAULTS = Object.freeze({ maxRetries: 2, retryBackoffMs: 200, retryBackoffMaxMs: 2_000 });
-type InPlaceOption = keyof typeof PARKING_IN_PLACE_DEFAULTS;
-const IN_PLACE_OPTIONS = Object.keys(PARKING_IN_PLACE_DEFAULTS) as InPlaceOption[];
+export const PARTITION_IN_PLACE_DEFAULTS = Object.freeze({ maxRetries: 5, retryBackoffMs: 1_000, retryBackoffMaxMs: 30_000 });
+type InPlaceOption = keyof typeof PARTITION_IN_PLACE_DEFAULTS;
+const IN_PLACE_OPTIONS = Object.keys(PARTITION_IN_PLACE_DEFAULTS) as InPlaceOption[];
 
 /** The in-place options set by the user at some level of a resolved options object (the defaults differ by `ordering`). */
 const explicitInPlace = new WeakMap<ResolvedConsumerOptions, ReadonlySet<InPlaceOption>>();
@@ -303,11 +308,17 @@ export function resolveConsumerOptions(
   checkBoolean(`${path}.enableIdempotency`, merged.enableIdempotency);
   checkInteger(`${path}.idempotencyTtlMs`, merged.idempotencyTtlMs, 1_000, 365 * 86_400_000);
   validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
-  // Where a parked stage follows, the retry options set its quick tiers: a few quick ones unless they were set.
+  // The retry options mean retries in place with 'partition', the quick tiers of a parked message otherwise.
   for (const key of IN_PLACE_OPTIONS) {
-    if (!explicit.has(key)) merged[key] = merged.ordering === 'partition' ? DEFAULT_CONSUMER_OPTIONS[key] : PARKING_IN_PLACE_DEFAULTS[key];
+    if (!explicit.has(key)) merged[key] = merged.ordering === 'partition' ? PARTITION_IN_PLACE_DEFAULTS[key] : DEFAULT_CONSUMER_OPTIONS[key];
   }
-  if (merged.ordering !== 'partition' && !Number.isFinite(merged.maxRetries)) merged.maxRetries = PARKING_IN_PLACE_DEFAULTS.maxRetries;
+  if (merged.ordering !== 'partition') {
+    if (!Number.isFinite(merged.maxRetries)) merged.maxRetries = DEFAULT_CONSUMER_OPTIONS.maxRetries;
+    // Retry by time, where a parked stage follows: how long a parked message may fail, unless that is set itself.
+    if (overrides.maxRetryAgeMs && overrides.redelivery?.maxAgeMs === undefined) {
+      merged.redelivery = Object.freeze({ ...merged.redelivery, maxAgeMs: overrides.maxRetryAgeMs });
+    }
+  }
   explicitInPlace.set(merged, explicit);
   return merged;
 }
