@@ -23,6 +23,26 @@ export interface Accepted {
   offset: string;
 }
 
+/** A span of the run (Date.now()); `to` 0 while it lasts. */
+export interface Window {
+  from: number;
+  to: number;
+}
+
+/** One `publish` or `publishMany` call of the schedule. */
+export interface PublishCall {
+  /** The events it carried (their `n`). */
+  events: number[];
+  many: boolean;
+  /** When it was called and when it settled (Date.now()). */
+  from: number;
+  to: number;
+  /** Its error by class name, a PublishManyError's with its cause's (`PublishManyError(RedisFullError)`); unset when it resolved. */
+  error?: string;
+  /** Events the error says were not appended: all of a `RedisFullError`, a PublishManyError's `not-appended` ones. */
+  refused: number[];
+}
+
 /** Everything a run leaves to check, collected after the groups caught up. */
 export interface RunRecord {
   schedule: Schedule;
@@ -45,10 +65,18 @@ export interface RunRecord {
    * the membership's linger added), and readings of whether a live member of `fuzz-idem` wanted `fuzz.first`.
    */
   rolling?: { lives: ReadonlyArray<{ from: number; to: number }>; samples: readonly WantSample[] };
+  /** Every publish call. */
+  publishes?: readonly PublishCall[];
+  /** When Redis refused writes (maxmemory below its used memory). */
+  fills?: readonly Window[];
+  /** When Redis did not answer at all (killed until restarted, SIGSTOPped until SIGCONT). */
+  outages?: readonly Window[];
+  /** Worker paths cut: slot, pid, from and to. */
+  cuts?: ReadonlyArray<{ slot: number; pid: number; from: number; to: number }>;
 }
 
 export interface Violation {
-  invariant: 'delivered' | 'key-order' | 'dead-letters' | 'offsets' | 'idempotency' | 'replay-target' | 'workers' | 'drained';
+  invariant: 'delivered' | 'key-order' | 'dead-letters' | 'offsets' | 'idempotency' | 'replay-target' | 'workers' | 'drained' | 'refusals';
   detail: string;
   /**
    * idempotency: another process had handled the event before (so the mark
@@ -84,6 +112,9 @@ export function ref(partition: number, offset: string): string {
  * - offsets: no committed offset moved back except across a reset;
  * - idempotency: in fuzz-idem, no handler call started after the event's done-mark was committed;
  * - replay-target: a replayed entry is handled by its group alone;
+ * - refusals: a publish called and settled while Redis was full (and answering) rejected with
+ *   `RedisFullError` (`publishMany`: a PublishManyError caused by one), and no event a publish
+ *   said was not appended is in the log;
  * - workers: no worker died but by the test's hand; drained: the groups caught up.
  */
 export function checkRun(run: RunRecord): Violation[] {
@@ -99,6 +130,7 @@ export function checkRun(run: RunRecord): Violation[] {
   for (const group of run.schedule.groups) checkKeyOrder(run, group, add);
   checkDeadLetters(run, add);
   checkIdempotency(run, add);
+  checkRefusals(run, add);
   for (const a of run.attempts) {
     const entry = entryAt(run, a.partition, a.offset);
     if (entry && !wants(a.group, entry)) add('replay-target', `${a.group} ran a handler for ${describeEntry(entry)}, which is not for it`);
@@ -132,8 +164,9 @@ function checkDelivered(run: RunRecord, add: Add): void {
 
 /**
  * During a rolling deploy, a `fuzz.first` entry must be handled by `fuzz-idem` if a live member of it
- * wanted `fuzz.first` from the entry's publish until the group passed it (the entry's stream id is on
- * the Redis clock, as the readings are). Once no live member wants it (the only one left frozen or
+ * wanted `fuzz.first` from the entry's publish until the group passed it: its committed offset past the
+ * entry and, for a parked entry, its line released (the entry's stream id is on the Redis clock, as the
+ * readings are). Once no live member wants it (the only one left frozen or
  * killed past its heartbeat, or gone), the older members go on past it, as designed.
  */
 function wantedByLiveMember(run: RunRecord, group: string, entry: FuzzLogEntry): boolean {
@@ -263,6 +296,27 @@ function checkIdempotency(run: RunRecord, add: Add): void {
         (frozen.length ? `; pid ${a.pid} had been SIGSTOPped ${frozen.map((f) => `${f.from}-${f.to}`).join(', ')}` : ''),
       staleOwner,
     );
+  }
+}
+
+function checkRefusals(run: RunRecord, add: Add): void {
+  const inLog = new Map(run.log.flat().map((e) => [e.data.n, e]));
+  const within = (call: PublishCall, w: Window): boolean => call.from >= w.from && w.to !== 0 && call.to <= w.to;
+  const overlaps = (call: PublishCall, w: Window): boolean => call.from <= (w.to || Infinity) && call.to >= w.from;
+  for (const call of run.publishes ?? []) {
+    const what = `${call.many ? 'publishMany' : 'publish'} of event${call.events.length > 1 ? 's' : ''} ${call.events.join(', ')}`;
+    for (const n of call.refused) {
+      const entry = inLog.get(n);
+      if (entry) add('refusals', `${what} said event ${n} was not appended (${call.error}), but it is in the log: ${describeEntry(entry)}`);
+    }
+    const full = (run.fills ?? []).some((w) => within(call, w));
+    if (!full || (run.outages ?? []).some((w) => overlaps(call, w))) continue;
+    const expected = call.many ? 'PublishManyError(RedisFullError)' : 'RedisFullError';
+    if (call.error !== expected)
+      add(
+        'refusals',
+        `${what}, called and settled while Redis was full, ${call.error ? `rejected with ${call.error}` : 'resolved'}, not ${expected}`,
+      );
   }
 }
 

@@ -71,6 +71,16 @@ describe('fuzz invariants', () => {
     backwardMoves: [],
     unexpectedExits: [],
     freezes: [],
+    // Redis full from 100 to 200, down from 150 to 160: refused events are not in the log.
+    fills: [{ from: 100, to: 200 }],
+    outages: [{ from: 150, to: 160 }],
+    publishes: [
+      { events: [1], many: false, from: 10, to: 20, refused: [] },
+      { events: [4], many: false, from: 110, to: 111, error: 'RedisFullError', refused: [4] },
+      { events: [5, 6], many: true, from: 120, to: 121, error: 'PublishManyError(RedisFullError)', refused: [5, 6] },
+      // Through the outage: any error will do.
+      { events: [7], many: false, from: 140, to: 165, error: 'RedisUnavailableError', refused: [] },
+    ],
   });
 
   it('finds nothing wrong with a run that kept every invariant', () => {
@@ -111,6 +121,25 @@ describe('fuzz invariants', () => {
       ['offsets', (r) => ({ ...r, backwardMoves: ['offset fuzz-idem|0 moved back'] })],
       ['workers', (r) => ({ ...r, unexpectedExits: ['exited'] })],
       ['drained', (r) => ({ ...r, drainFailure: 'timed out' })],
+      [
+        'refusals',
+        (r) => ({
+          ...r,
+          publishes: [...(r.publishes ?? []), { events: [3], many: false, from: 1, to: 2, error: 'RedisFullError', refused: [3] }],
+        }),
+      ],
+      [
+        'refusals',
+        (r) => ({ ...r, publishes: [{ events: [8], many: false, from: 130, to: 131, error: 'RedisUnavailableError', refused: [] }] }),
+      ],
+      [
+        'refusals',
+        (r) => ({
+          ...r,
+          publishes: [{ events: [8, 9], many: true, from: 130, to: 131, error: 'PublishManyError(RedisUnavailableError)', refused: [] }],
+        }),
+      ],
+      ['refusals', (r) => ({ ...r, publishes: [{ events: [8], many: false, from: 130, to: 131, refused: [] }] })],
     ];
     for (const [invariant, breakIt] of cases) expect(checkRun(breakIt(good())).map((v) => v.invariant)).toContain(invariant);
   });

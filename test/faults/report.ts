@@ -8,7 +8,7 @@ export function summarize(runs: readonly RunFigures[]): string {
   const violating = runs.filter((r) => r.violations.length > 0);
   return [
     `${runs.length} schedules in ${Math.round(sum((r) => r.ms) / 1000)} s: ${sum((r) => r.published)} events published ` +
-      `(${sum((r) => r.accepted)} accepted, ${sum((r) => r.rejected)} rejected), ${sum((r) => r.logEntries)} log entries, ` +
+      `(${sum((r) => r.accepted)} accepted, ${sum((r) => r.rejected)} rejected, ${sum((r) => r.refusedFull ?? 0)} of them refused by a full Redis), ${sum((r) => r.logEntries)} log entries, ` +
       `${sum((r) => r.handlings)} handlings (${sum((r) => r.repeatHandlings)} repeats), ${sum((r) => r.deadLetters)} dead letters ` +
       `(${sum((r) => r.replayed)} replayed), ${sum((r) => r.offsetSamples)} offset samples`,
     `faults: ${FAULT_KINDS.map((k) => `${k} ${faults[k]}`).join(', ')} (${sum((r) => r.skipped.length)} skipped)`,
@@ -22,6 +22,8 @@ export function describeRun(r: RunFigures): string {
     .join(', ');
   return (
     `seed ${r.seed}: ${r.violations.length} violations in ${r.ms} ms; ${r.accepted}/${r.published} accepted, ${r.logEntries} log entries, ` +
-    `${r.handlings} handlings (${r.repeatHandlings} repeats), ${r.deadLetters} dead letters (${r.replayed} replayed); faults: ${faults || 'none'}`
+    `${r.handlings} handlings (${r.repeatHandlings} repeats), ${r.deadLetters} dead letters (${r.replayed} replayed); faults: ${faults || 'none'}` +
+    (r.refusedFull ? `; ${r.refusedFull} events refused by a full Redis` : '') +
+    (r.skipped.length ? `\n  skipped: ${r.skipped.join('; ')}` : '')
   );
 }

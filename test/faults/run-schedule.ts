@@ -2,7 +2,16 @@ import 'reflect-metadata';
 import { INestApplicationContext, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import Redis from 'ioredis';
-import { DeadLetter, EventrailAdmin, EventrailModule, EventrailPublisher, PublishInput, PublishResult } from '../../lib';
+import {
+  DeadLetter,
+  EventrailAdmin,
+  EventrailModule,
+  EventrailPublisher,
+  PublishInput,
+  PublishManyError,
+  PublishResult,
+  RedisFullError,
+} from '../../lib';
 import { readEntry } from '../../lib/wire/codec';
 import { decodeDeadLetter } from '../../lib/wire/dead-letter.codec';
 import { EventrailKeys } from '../../lib/redis/keys';
@@ -11,8 +20,9 @@ import { deletePrefix, uniquePrefix, waitFor } from '../support/helpers';
 import { chaosKeys, decodeAttempt, FuzzData } from './support/chaos-protocol';
 import type { DurableRedis } from './support/durable-redis';
 import { offsetsCoverLog } from './support/log-checks';
-import { ChaosChild, Supervisor } from './support/supervisor';
-import { Accepted, checkRun, FuzzLogEntry, RunRecord, Violation } from './invariants';
+import { ChaosChild, Supervisor, WORKER_FILE } from './support/supervisor';
+import { PathProxy } from './support/path-proxy';
+import { Accepted, checkRun, FuzzLogEntry, PublishCall, RunRecord, Violation, Window } from './invariants';
 import { OffsetSampler, ResetWindow } from './offset-sampler';
 import { EventSpec, FAULT_KINDS, FaultKind, Schedule, Step } from './schedule';
 import { spawnTypeScript } from '../support/child-processes';
@@ -33,6 +43,8 @@ export interface RunFigures {
   published: number;
   accepted: number;
   rejected: number;
+  /** Events a full Redis refused (the publish rejected with RedisFullError, or a PublishManyError caused by one). */
+  refusedFull: number;
   logEntries: number;
   attempts: number;
   handlings: number;
@@ -62,6 +74,7 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
   const prefix = uniquePrefix(`fuzz-${schedule.seed}`);
   const keys = new EventrailKeys(prefix, schedule.partitions);
   const redis = new Redis(server.url);
+  const proxies: PathProxy[] = [];
   redis.on('error', () => undefined); // it reconnects after each restart
   const supervisor = new Supervisor(
     {
@@ -73,12 +86,17 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
       fuzzGroups: schedule.groups.length,
     },
     schedule.workers,
+    // Through the slot's own path to Redis, when the schedule cuts one.
+    { file: WORKER_FILE, slotEnv: (slot): Record<string, string> => (proxies[slot] ? { EVENTRAIL_REDIS_URL: proxies[slot].url } : {}) },
   );
   let app: INestApplicationContext | undefined;
   const sampler = new OffsetSampler(server.url, keys, schedule.groups);
   const wants = new WantSampler(server.url, keys, GROUPS.fuzzIdem, EVENTS.fuzzFirst);
   const state = new RunState(schedule);
   try {
+    // A schedule that cuts a worker's path gives each slot a path of its own (the older workers of a rolling deploy go direct).
+    if (schedule.steps.some((step) => step.kind === 'cut-worker'))
+      for (let slot = 0; slot < schedule.workers; slot++) proxies.push(await PathProxy.start(server.url));
     app = await createPublisherApp(server.url, prefix, schedule.partitions);
     supervisor.start();
     await waitFor(
@@ -88,7 +106,7 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
     );
     sampler.start();
     wants.start();
-    const steps = new StepRunner(schedule, state, server, supervisor, app, redis, prefix);
+    const steps = new StepRunner(schedule, state, server, supervisor, app, redis, prefix, proxies);
     await steps.runAll();
     const drainFailure = await drain(redis, keys, schedule, supervisor);
     await sampler.stop();
@@ -106,6 +124,7 @@ export async function runSchedule(server: DurableRedis, schedule: Schedule, { ke
     await wants.stop().catch(() => undefined);
     await supervisor.stop();
     await app?.close().catch(() => undefined);
+    for (const proxy of proxies) await proxy.close();
     if (!keep) await deletePrefix(redis, prefix).catch(() => undefined);
     redis.disconnect();
   }
@@ -122,6 +141,14 @@ class RunState {
   readonly freezes: Array<{ pid: number; from: number; to: number }> = [];
   /** Older workers of rolling deploys: pid, spawned and exited (Date.now(); 0 while running). */
   readonly olders: Array<{ pid: number; from: number; to: number }> = [];
+  /** Every publish call: when, what came of it. */
+  readonly publishes: PublishCall[] = [];
+  /** When Redis refused writes (over maxmemory), from the limit set until it was lifted (Date.now()). */
+  readonly fills: Window[] = [];
+  /** When Redis did not answer: killed until restarted, or SIGSTOPped until SIGCONT (Date.now()). */
+  readonly outages: Window[] = [];
+  /** Worker paths cut: slot, pid, from and to (Date.now()). */
+  readonly cuts: Array<{ slot: number; pid: number; from: number; to: number }> = [];
 
   constructor(readonly schedule: Schedule) {}
 }
@@ -131,6 +158,11 @@ class StepRunner {
   private readonly frozen = new Map<number, { timer: NodeJS.Timeout; thawed: Promise<void> }>();
   /** Older workers of rolling deploys still running, by pid: the timer that stops them, and their exit. */
   private readonly olders = new Map<number, { timer: NodeJS.Timeout; exited: Promise<void> }>();
+  /**
+   * Faults that end on a timer (a full Redis, a stalled one, a cut path): what ends each one now (sent at
+   * once on a failure), and a promise that settles once it has.
+   */
+  private readonly ending = new Set<{ timer: NodeJS.Timeout; end: () => Promise<void>; ended: Promise<void> }>();
   private readonly publisher: EventrailPublisher;
   private readonly admin: EventrailAdmin;
 
@@ -142,6 +174,8 @@ class StepRunner {
     app: INestApplicationContext,
     private readonly redis: Redis,
     private readonly prefix: string,
+    /** One per slot when the schedule cuts a worker's path. */
+    private readonly proxies: readonly PathProxy[],
   ) {
     this.publisher = app.get(EventrailPublisher);
     this.admin = app.get(EventrailAdmin);
@@ -156,6 +190,11 @@ class StepRunner {
     } finally {
       if (ok) await Promise.all([...this.frozen.values()].map((f) => f.thawed));
       if (ok) await Promise.all([...this.olders.values()].map((o) => o.exited));
+      if (ok) await Promise.all([...this.ending].map((e) => e.ended));
+      for (const e of [...this.ending]) {
+        clearTimeout(e.timer);
+        await e.end().catch(() => undefined);
+      }
       for (const [pid, { timer, exited }] of this.olders) {
         clearTimeout(timer);
         killQuietly(pid, 'SIGKILL');
@@ -205,10 +244,14 @@ class StepRunner {
         this.state.faults[step.kind]++;
         return;
       }
-      case 'crash-redis':
+      case 'crash-redis': {
+        const window: Window = { from: Date.now(), to: 0 };
+        this.state.outages.push(window);
         await this.server.crashAndRestart(step.downMs);
+        window.to = Date.now();
         this.state.faults[step.kind]++;
         return;
+      }
       case 'reset-offsets': {
         const window: ResetWindow = { group: step.group, began: Date.now(), ended: 0 };
         this.state.resets.push(window);
@@ -226,7 +269,90 @@ class StepRunner {
         return this.replay(index, step.group);
       case 'rolling-deploy':
         return this.rollingDeploy(step.ms, step.leave);
+      case 'fill-redis':
+        return this.fillRedis(index, step.ms);
+      case 'stall-redis':
+        return this.stallRedis(step.ms);
+      case 'cut-worker':
+        return this.cutWorker(index, step.slot, step.ms);
     }
+  }
+
+  /** Runs `end` after `ms` (or at once when the run fails), exactly once. */
+  private endAfter(ms: number, end: () => Promise<void> | void): void {
+    let resolve!: () => void;
+    const ended = new Promise<void>((r) => (resolve = r));
+    let done = false;
+    const entry = {
+      timer: setTimeout(() => void entry.end(), ms),
+      end: async (): Promise<void> => {
+        if (done) return;
+        done = true;
+        try {
+          await end();
+        } finally {
+          this.ending.delete(entry);
+          resolve();
+        }
+      },
+      ended,
+    };
+    this.ending.add(entry);
+  }
+
+  /**
+   * Sets `maxmemory` to half the memory Redis uses now (policy `noeviction`, the default), so every write
+   * that may grow memory is refused with OOM; `ms` later, no limit again. A Redis restarted meanwhile has
+   * no limit already (CONFIG SET is not saved), and the window ends there for the checks.
+   */
+  private async fillRedis(index: number, ms: number): Promise<void> {
+    try {
+      const info = await this.redis.info('memory');
+      const used = Number(/used_memory:(\d+)/.exec(info)?.[1]);
+      if (!Number.isFinite(used) || used <= 0) return this.skip(index, 'fill-redis', `no used_memory in INFO: ${info.slice(0, 200)}`);
+      await this.redis.config('SET', 'maxmemory-policy', 'noeviction');
+      await this.redis.config('SET', 'maxmemory', String(Math.floor(used / 2)));
+    } catch (error) {
+      return this.skip(index, 'fill-redis', String(error));
+    }
+    const window: Window = { from: Date.now(), to: 0 };
+    this.state.fills.push(window);
+    const pid = this.server.pid;
+    this.endAfter(ms, async () => {
+      window.to = Date.now();
+      // On a server restarted meanwhile, the limit is gone already.
+      if (this.server.pid === pid) await this.redis.config('SET', 'maxmemory', '0');
+    });
+    this.state.faults['fill-redis']++;
+  }
+
+  /** SIGSTOPs the redis-server by pid; SIGCONT `ms` later (a server killed and restarted meanwhile is a new pid). */
+  private stallRedis(ms: number): void {
+    const pid = this.server.pid;
+    if (!killQuietly(pid, 'SIGSTOP')) return;
+    const window: Window = { from: Date.now(), to: 0 };
+    this.state.outages.push(window);
+    this.endAfter(ms, () => {
+      killQuietly(pid, 'SIGCONT');
+      window.to = Date.now();
+    });
+    this.state.faults['stall-redis']++;
+  }
+
+  /** Silences the path of the worker in `slot` (its proxy) for `ms`; a worker started in the slot meanwhile is cut too. */
+  private async cutWorker(index: number, slot: number, ms: number): Promise<void> {
+    const proxy = this.proxies[slot];
+    if (!proxy || proxy.isCut) return this.skip(index, 'cut-worker', `no path of its own for slot ${slot}, or cut already`);
+    const child = await this.readyWorker(slot);
+    if (!child) return this.skip(index, 'cut-worker', `no ready worker in slot ${slot}`);
+    proxy.silence();
+    const cut = { slot, pid: child.pid, from: Date.now(), to: 0 };
+    this.state.cuts.push(cut);
+    this.endAfter(ms, () => {
+      proxy.heal();
+      cut.to = Date.now();
+    });
+    this.state.faults['cut-worker']++;
   }
 
   /** Starts a worker of the older version next to the others; `ms` after it joined, it leaves by `leave`. */
@@ -273,19 +399,30 @@ class StepRunner {
       ...(e.key !== undefined ? { key: e.key } : {}),
       ...(e.partition !== undefined ? { partition: e.partition } : {}),
     }));
-    let results: PublishResult[];
+    const call: PublishCall = { events: events.map((e) => e.n), many, from: Date.now(), to: 0, refused: [] };
+    this.state.publishes.push(call);
+    let results: Array<PublishResult | undefined>;
     try {
       if (many) results = await this.publisher.publishMany(inputs);
       else {
         const [{ event, data, ...options }] = inputs;
         results = [await this.publisher.publish(event, data, options)];
       }
-    } catch {
-      // Redis is down: the events are not accepted (and not retried); some may be in the log anyway.
-      this.state.rejected += events.length;
-      return;
+    } catch (error) {
+      // Redis down, full or silent: the events not appended are not accepted (and not retried); those with
+      // no answer may be in the log anyway. A publishMany says which it appended (those are accepted).
+      call.error = describePublishError(error);
+      results = error instanceof PublishManyError ? [...error.results] : [];
+      if (error instanceof PublishManyError) call.refused = events.filter((_, i) => error.outcomes[i] === 'not-appended').map((e) => e.n);
+      else if (error instanceof RedisFullError) call.refused = events.map((e) => e.n);
+    } finally {
+      call.to = Date.now();
     }
-    results.forEach((r, i) => this.state.accepted.push({ n: events[i].n, id: r.id, partition: r.partition, offset: r.offset }));
+    events.forEach((e, i) => {
+      const r = results[i];
+      if (r) this.state.accepted.push({ n: e.n, id: r.id, partition: r.partition, offset: r.offset });
+      else this.state.rejected++;
+    });
   }
 
   /** Cures every dead letter the group has now (their handlers succeed from then on) and replays them. */
@@ -310,6 +447,12 @@ class StepRunner {
   private skip(index: number, kind: FaultKind, why: string): void {
     this.state.skipped.push(`#${index} ${kind}: ${why}`);
   }
+}
+
+/** A publish's error by name; a PublishManyError's with its cause's: `PublishManyError(RedisFullError)`. */
+function describePublishError(error: unknown): string {
+  const name = (e: unknown): string => (e instanceof Error ? e.constructor.name : typeof e);
+  return error instanceof PublishManyError ? `${name(error)}(${name(error.cause)})` : name(error);
 }
 
 /** The test's own app: publisher and admin, no handlers. Library logs off (the figures say what happened). */
@@ -386,9 +529,10 @@ async function collect(
     const current = await readDeadLetters(redis, keys, group);
     deadLetters.set(group, { current, replayed: state.replayed.get(group) ?? [] });
   }
-  // A worker that was still starting when Redis went down fails its startup (the library refuses to start
-  // without Redis unless allowDegradedStart) and the supervisor starts another: expected, noted, not a violation.
-  const outages = state.faults['crash-redis'] > 0;
+  // A worker that was still starting when Redis went down, filled up (documented: RedisFullError joining its
+  // group), stalled, or its path was cut, fails its startup (the library refuses to start without Redis unless
+  // allowDegradedStart) and the supervisor starts another: expected, noted, not a violation.
+  const outages = (['crash-redis', 'fill-redis', 'stall-redis', 'cut-worker'] as const).some((kind) => state.faults[kind] > 0);
   const failedStartups = supervisor.unexpectedExits.filter((e) => outages && !e.wasReady);
   for (const e of failedStartups) {
     const tail =
@@ -411,6 +555,10 @@ async function collect(
     unexpectedExits,
     freezes: state.freezes,
     drainFailure,
+    publishes: state.publishes,
+    fills: state.fills,
+    outages: state.outages,
+    cuts: state.cuts,
   };
 }
 
@@ -434,6 +582,7 @@ function figures(schedule: Schedule, state: RunState, record: RunRecord, sampler
     published: state.accepted.length + state.rejected,
     accepted: state.accepted.length,
     rejected: state.rejected,
+    refusedFull: state.publishes.filter((c) => c.error?.includes('RedisFullError')).reduce((sum, c) => sum + c.refused.length, 0),
     logEntries: record.log.flat().length,
     attempts: record.attempts.length,
     handlings: handlings.length,

@@ -42,7 +42,11 @@ export interface EventSpec {
   data: FuzzData;
 }
 
-export type FaultKind = 'kill-worker' | 'freeze-worker' | 'crash-redis' | 'reset-offsets' | 'replay-dead-letters' | 'rolling-deploy';
+export type FaultKind =
+  'kill-worker' | 'freeze-worker' | 'crash-redis' | 'reset-offsets' | 'replay-dead-letters' | 'rolling-deploy' | ExhaustionFault;
+
+/** A Redis that refuses writes or stops answering, or a worker's path that drops everything: nothing crashes. */
+export type ExhaustionFault = 'fill-redis' | 'stall-redis' | 'cut-worker';
 
 export type Step =
   /** One `publish` call (one event) or one `publishMany` call (several). */
@@ -63,9 +67,22 @@ export type Step =
    * `fuzz.first` handler) joins next to the others, stays `ms`, then leaves by `leave` (SIGTERM: a clean
    * stop; SIGKILL: its membership expires); the schedule goes on meanwhile.
    */
-  | { kind: 'rolling-deploy'; ms: number; leave: 'SIGTERM' | 'SIGKILL' };
+  | { kind: 'rolling-deploy'; ms: number; leave: 'SIGTERM' | 'SIGKILL' }
+  /**
+   * Redis full: `maxmemory` set below its used memory (policy `noeviction`), so it refuses every write
+   * with `OOM`, for `ms`; then no limit again. The schedule goes on meanwhile (its publishes are refused).
+   */
+  | { kind: 'fill-redis'; ms: number }
+  /** Redis stalled: SIGSTOP its process for `ms` (below or past the lease TTL), then SIGCONT; the schedule goes on meanwhile. */
+  | { kind: 'stall-redis'; ms: number }
+  /**
+   * The path between the worker in `slot` and Redis goes silent for `ms`: its proxy stops forwarding
+   * without closing anything (no FIN, no RST), then forwards what it held. The schedule goes on meanwhile.
+   */
+  | { kind: 'cut-worker'; slot: number; ms: number };
 
-export const FAULT_KINDS: readonly FaultKind[] = [
+/** The faults drawn one after another from the schedule's stream (`pick`): their order is part of every seed. */
+const DRAWN_FAULTS: readonly FaultKind[] = [
   'kill-worker',
   'freeze-worker',
   'crash-redis',
@@ -73,6 +90,18 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'replay-dead-letters',
   'rolling-deploy',
 ];
+
+/**
+ * The exhaustion faults, drawn after the rest from a stream of their own (so the rest of a seed's schedule
+ * is what it was without them): each kind is in a schedule with this chance, at a random place.
+ */
+export const EXHAUSTION_WEIGHTS: Readonly<Record<ExhaustionFault, number>> = {
+  'fill-redis': 0.35,
+  'stall-redis': 0.35,
+  'cut-worker': 0.35,
+};
+
+export const FAULT_KINDS: readonly FaultKind[] = [...DRAWN_FAULTS, 'fill-redis', 'stall-redis', 'cut-worker'];
 
 /** Bounds of one schedule: kept small so a schedule takes seconds, not minutes. */
 const LIMITS = {
@@ -84,6 +113,10 @@ const LIMITS = {
   redisDownMs: [100, 1800],
   /** How long an older worker stays once it joined: from a fraction of a lease TTL to several. */
   rollingMs: [300, 5000],
+  /** Redis full, stalled (from half a lease TTL to two and a half), a worker's path silent (up to four). */
+  fillMs: [500, 3000],
+  stallMs: [500, 2500],
+  cutMs: [500, 4000],
   keys: [1, 24],
   /**
    * Parked modes: how long a parked head may fail before its dead letter. Poison is dead-lettered after
@@ -116,6 +149,7 @@ export function drawSchedule(seed: number): Schedule {
   }
   const events = drawEvents(rng, groups, maxRetries, partitions, consumer.ordering !== 'partition');
   const steps = drawSteps(rng, events.length, workers, groups);
+  addExhaustionFaults(new Prng(seed ^ EXHAUSTION_STREAM), steps, workers);
   return { seed, partitions, workers, groups, consumer, events, steps };
 }
 
@@ -159,7 +193,7 @@ function drawSteps(rng: Prng, eventCount: number, workers: number, groups: reado
   const faults: Step[] = [];
   let redisCrashes = 0;
   for (let i = rng.int(LIMITS.faults[0], LIMITS.faults[1]); i > 0; i--) {
-    let kind = rng.pick(FAULT_KINDS);
+    let kind = rng.pick(DRAWN_FAULTS);
     if (kind === 'crash-redis' && redisCrashes >= LIMITS.redisCrashes) kind = 'kill-worker';
     faults.push(drawFault(rng, kind, workers, groups));
     if (kind === 'crash-redis') redisCrashes++;
@@ -175,6 +209,25 @@ function drawSteps(rng: Prng, eventCount: number, workers: number, groups: reado
   return steps;
 }
 
+/** Seeds the exhaustion faults' own stream (xor with the schedule's seed). */
+const EXHAUSTION_STREAM = 0x5eed_fa17;
+
+/**
+ * Inserts each exhaustion fault the stream draws (by `EXHAUSTION_WEIGHTS`) after a random publish, or
+ * after the last one with a pause before it, as the other faults go.
+ */
+function addExhaustionFaults(rng: Prng, steps: Step[], workers: number): void {
+  for (const kind of Object.keys(EXHAUSTION_WEIGHTS) as ExhaustionFault[]) {
+    if (!rng.chance(EXHAUSTION_WEIGHTS[kind])) continue;
+    const fault = drawFault(rng, kind, workers, []);
+    const publishes = steps.flatMap((step, i) => (step.kind === 'publish' ? [i] : []));
+    const after = rng.int(0, publishes.length);
+    if (after === publishes.length) steps.push({ kind: 'pause', ms: rng.int(100, 600) }, fault);
+    // After the publish and its pause.
+    else steps.splice(publishes[after] + 2, 0, fault);
+  }
+}
+
 function drawFault(rng: Prng, kind: FaultKind, workers: number, groups: readonly string[]): Step {
   switch (kind) {
     case 'kill-worker':
@@ -188,6 +241,12 @@ function drawFault(rng: Prng, kind: FaultKind, workers: number, groups: readonly
       return { kind, group: rng.pick(groups) };
     case 'rolling-deploy':
       return { kind, ms: rng.int(LIMITS.rollingMs[0], LIMITS.rollingMs[1]), leave: rng.pick(['SIGTERM', 'SIGKILL'] as const) };
+    case 'fill-redis':
+      return { kind, ms: rng.int(LIMITS.fillMs[0], LIMITS.fillMs[1]) };
+    case 'stall-redis':
+      return { kind, ms: rng.int(LIMITS.stallMs[0], LIMITS.stallMs[1]) };
+    case 'cut-worker':
+      return { kind, slot: rng.int(0, workers - 1), ms: rng.int(LIMITS.cutMs[0], LIMITS.cutMs[1]) };
   }
 }
 

@@ -8,9 +8,12 @@
  */
 import { Injectable, OnModuleDestroy, Type } from '@nestjs/common';
 import Redis from 'ioredis';
-import { EventrailMessage, NonRetryableError, OnEvent } from '../../../lib';
+import { EventrailMessage, NonRetryableError, OnEvent, RedisFullError } from '../../../lib';
 import { EventrailKeys } from '../../../lib/redis/keys';
 import { chaosKeys, encodeAttemptHead, EVENTS, FUZZ_MARK_TTL_MS, FuzzData, GROUPS } from './chaos-protocol';
+
+/** How often a record refused by a full Redis is tried again. */
+const OUT_OF_MEMORY_WAIT_MS = 50;
 
 /** Verdicts of the recording script. */
 const SUCCEEDS = 0;
@@ -52,17 +55,30 @@ export class FuzzRecords implements OnModuleDestroy {
     const poison = data.poison?.[group] ?? '';
     const head = encodeAttemptHead({ group, partition, offset, eventId: id, key: key ?? '', attempt, pid: process.pid, startedAt });
     const run = (this.redis as unknown as { fuzzAttempt: (...args: Array<string | number>) => Promise<number> }).fuzzAttempt;
-    const verdict = await run.call(
-      this.redis,
-      chaosKeys.fuzzAttempts(this.prefix),
-      chaosKeys.fuzzCured(this.prefix),
-      this.keys.done(group, partition),
-      id,
-      group,
-      attempt <= (data.fail ?? 0) ? '1' : '0',
-      poison,
-      head,
-    );
+    const record = (): Promise<number> =>
+      run.call(
+        this.redis,
+        chaosKeys.fuzzAttempts(this.prefix),
+        chaosKeys.fuzzCured(this.prefix),
+        this.keys.done(group, partition),
+        id,
+        group,
+        attempt <= (data.fail ?? 0) ? '1' : '0',
+        poison,
+        head,
+      );
+    let verdict: number;
+    for (;;) {
+      try {
+        verdict = await record();
+        break;
+      } catch (error) {
+        // A full Redis refuses the record (its RPUSH, before anything was written): wait for room, as
+        // for an outage, so a full Redis never fails an attempt the event did not ask to fail.
+        if (!RedisFullError.isOutOfMemory(error)) throw error;
+        await new Promise((resolve) => setTimeout(resolve, OUT_OF_MEMORY_WAIT_MS));
+      }
+    }
     if (verdict === POISONED && poison === 'non-retryable') throw new NonRetryableError(`fuzz: event ${data.n} is poison for ${group}`);
     if (verdict === POISONED) throw new Error(`fuzz: event ${data.n} is poison for ${group}`);
     if (verdict === TRANSIENT) throw new Error(`fuzz: event ${data.n} fails attempt ${attempt} of ${data.fail}`);

@@ -5,7 +5,7 @@ import type { GroupStats } from '../../../lib';
 import { killQuietly, spawnTypeScript } from '../../support/child-processes';
 import { ChaosWorkerCommand, ChaosWorkerConfig, ChaosWorkerMessage, chaosWorkerEnv } from './chaos-protocol';
 
-const WORKER_FILE = join(__dirname, 'chaos-worker.ts');
+export const WORKER_FILE = join(__dirname, 'chaos-worker.ts');
 const TAIL_LINES = 40;
 
 export interface WorkerExit {
@@ -111,8 +111,13 @@ export class Supervisor {
   constructor(
     readonly config: ChaosWorkerConfig,
     readonly slots: number,
-    /** Another worker file speaking the same IPC messages (the database schedules' inbox worker), with its own env. */
-    private readonly worker: { file: string; env?: Record<string, string> } = { file: WORKER_FILE },
+    /**
+     * Another worker file speaking the same IPC messages (the database schedules' inbox worker), with its
+     * own env; `slotEnv`: what differs per slot (the fault schedules' own path to Redis for each slot).
+     */
+    private readonly worker: { file: string; env?: Record<string, string>; slotEnv?: (slot: number) => Record<string, string> } = {
+      file: WORKER_FILE,
+    },
   ) {
     this.current = new Array<ChaosChild | undefined>(slots);
   }
@@ -199,7 +204,8 @@ export class Supervisor {
   }
 
   private launch(slot: number): void {
-    const spawned = spawnTypeScript(this.worker.file, { env: { ...chaosWorkerEnv(this.config), ...this.worker.env } });
+    const env = { ...chaosWorkerEnv(this.config), ...this.worker.env, ...this.worker.slotEnv?.(slot) };
+    const spawned = spawnTypeScript(this.worker.file, { env });
     const child = new ChaosChild(slot, spawned, (from, message) => this.receive(from, message));
     this.children.push(child);
     this.current[slot] = child;
