@@ -32,8 +32,13 @@ export class GroupConsumer {
   private readonly logger = new Logger(GroupConsumer.name);
   private readonly workers = new Map<number, PartitionWorker>();
   private readonly processor: MessageProcessor;
-  /** Tries a parked head once (`'key'` and `'unordered'` ordering; absent with `'partition'`). */
-  private readonly retryProcessor?: MessageProcessor;
+  /** Tries a parked head once. */
+  private readonly retryProcessor: MessageProcessor;
+  /**
+   * With `'partition'` ordering: the processor of a partition where members with `'key'` or
+   * `'unordered'` left parked messages (a rolling deploy that changes `ordering`); see `Parking.inherited`.
+   */
+  private readonly inheritedProcessor?: MessageProcessor;
   /** The parked lines of the partitions this process works, by partition. */
   private readonly parked = new Map<number, ParkedLines>();
   private readonly semaphore: Semaphore;
@@ -81,24 +86,17 @@ export class GroupConsumer {
     this.membership = new GroupMembership(redis, name, worker, options.heartbeatTtlMs);
     // Renewed every tick (a third of the shorter TTL): two lease TTLs outlast any tick.
     this.bars = new MemberBars(redis, name, worker.id, 2 * options.lockTtlMs);
+    // Where messages are parked they are retried by their tiers, never in place (see `Delivery.inPlace`).
+    const parking: Parking = { linesOf: (partition) => this.parked.get(partition) };
+    const parked = (): MessageProcessor =>
+      new MessageProcessor(name, handlers, { ...options, maxRetryAgeMs: 0 }, sink, this.semaphore, metrics, undefined, parking);
     if (options.ordering === 'partition') {
       this.processor = new MessageProcessor(name, handlers, options, sink, this.semaphore, metrics, new FailureMemory(redis, name));
+      this.inheritedProcessor = parked();
     } else {
-      // Parked messages are retried by the redelivery tiers: in place there are only quick retries, by count.
-      const parking: Parking = { linesOf: (partition) => this.parked.get(partition) };
-      const inPlace = { ...options, maxRetryAgeMs: 0 };
-      this.processor = new MessageProcessor(name, handlers, inPlace, sink, this.semaphore, metrics, undefined, parking);
-      this.retryProcessor = new MessageProcessor(
-        name,
-        handlers,
-        { ...inPlace, maxRetries: 0 },
-        sink,
-        this.semaphore,
-        metrics,
-        undefined,
-        parking,
-      );
+      this.processor = parked();
     }
+    this.retryProcessor = parked();
   }
 
   /** Partitions this process works right now. */
@@ -161,17 +159,15 @@ export class GroupConsumer {
   requestRebalance(): void {
     void this.ticker.run();
     // The signal also carries operators' commands to parked lines (EventrailAdmin.retryParked, giveUpParked).
-    if (this.retryProcessor) {
-      for (const worker of this.activeWorkers()) {
-        worker.applyParkedCommands().catch((error: unknown) => {
-          this.logger.warn(
-            logRecord(`Group "${this.name}" partition ${worker.partition}: could not read parked-line commands: ${describeError(error)}`, {
-              group: this.name,
-              partition: worker.partition,
-            }),
-          );
-        });
-      }
+    for (const worker of this.activeWorkers()) {
+      worker.applyParkedCommands().catch((error: unknown) => {
+        this.logger.warn(
+          logRecord(`Group "${this.name}" partition ${worker.partition}: could not read parked-line commands: ${describeError(error)}`, {
+            group: this.name,
+            partition: worker.partition,
+          }),
+        );
+      });
     }
   }
 
@@ -431,10 +427,11 @@ export class GroupConsumer {
   /** A fresh set of parked lines for a worker taking `partition` (`'key'` and `'unordered'` ordering), registered where the processors find it. */
   private parkingFor(partition: number): PartitionWorkerParams['parking'] {
     const { ordering, redelivery } = this.options;
-    if (ordering === 'partition' || !this.retryProcessor) return undefined;
-    const lines = new ParkedLines({ mode: ordering, redelivery, quick: this.options, now: () => this.redis.clock.now() });
+    const mode = ordering === 'partition' ? 'key' : ordering;
+    const lines = new ParkedLines({ mode, redelivery, quick: this.options, now: () => this.redis.clock.now() });
     this.parked.set(partition, lines);
-    return { lines, retryProcessor: this.retryProcessor };
+    const inherited = this.inheritedProcessor && { processor: this.inheritedProcessor };
+    return { lines, retryProcessor: this.retryProcessor, ...(inherited && { inherited }) };
   }
 
   private onWorkerEnd(worker: PartitionWorker): void {

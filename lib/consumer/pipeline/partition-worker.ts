@@ -62,7 +62,19 @@ export interface PartitionWorkerParams {
    * With `'key'` or `'unordered'` ordering: this partition's parked lines (loaded when the worker
    * starts, written with its commits) and the processor that tries a parked head once.
    */
-  parking?: { lines: ParkedLines; retryProcessor: MessageProcessor };
+  parking?: Parking;
+}
+
+export interface Parking {
+  lines: ParkedLines;
+  retryProcessor: MessageProcessor;
+  /**
+   * With `'partition'` ordering: used only when members with `'key'` or `'unordered'` left parked lines
+   * in the partition (a rolling deploy that changes `ordering`). The worker then works the partition
+   * with `'key'` ordering through `processor` until it lets it go, so the later messages of a parked
+   * key still wait behind it, and the parked ones are still redelivered.
+   */
+  inherited?: { processor: MessageProcessor };
 }
 
 /**
@@ -115,9 +127,15 @@ export class PartitionWorker {
   private lastMark?: string;
   /** Brings parked messages back (`'key'` and `'unordered'` ordering). */
   private redelivery?: ParkedRedelivery;
+  /** The parked lines this worker works: `params.parking`, unless they are inherited ones and there were none. */
+  private parking?: Parking;
+  /** The processor of this partition's fetches: `params.processor`, or the inherited parking's. */
+  private processor: MessageProcessor;
 
   constructor(private readonly params: PartitionWorkerParams) {
     const { lease, processor, semaphore, stats, metrics, options } = params;
+    this.parking = params.parking;
+    this.processor = processor;
     this.stop = new StopSignal(() => lease.mayHaveExpired);
     this.streamKey = params.redis.keys.stream(lease.partition);
     this.origin = { partition: lease.partition, logTag: params.redis.keys.logTag };
@@ -156,7 +174,7 @@ export class PartitionWorker {
     return this.committed;
   }
 
-  /** This partition's parked lines (`'key'` and `'unordered'` ordering). */
+  /** The parked lines this worker was given (with `'partition'` ordering, used only if some were inherited). */
   get parkedLines(): ParkedLines | undefined {
     return this.params.parking?.lines;
   }
@@ -225,10 +243,10 @@ export class PartitionWorker {
       await this.commits.flush();
       if (this.lost) return;
       // Redeliveries cut off by the shutdown timeout are not crashes: the release below is clean.
-      this.params.parking?.lines.clearRunning();
+      this.parking?.lines.clearRunning();
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
-      else if (this.params.parking?.lines.hasChanges) await this.commit(this.committed);
+      else if (this.parking?.lines.hasChanges) await this.commit(this.committed);
       if (!this.lost && !this.leaving) await this.params.lease.release();
     } catch (error) {
       if (!this.leaving)
@@ -254,12 +272,12 @@ export class PartitionWorker {
 
   /** The whole cycle: receive a batch, take it on, repeat until stopped or fenced. */
   private async run(): Promise<void> {
-    if (this.params.parking && !(await this.loadParked())) return;
+    if (this.parking && !(await this.loadParked())) return;
     this.readFrom(this.cursor);
     while (!this.draining) {
       const received = await this.receive();
       // Only groups with batch handlers pay the extra await.
-      const entries = received && received.length > 0 && this.params.processor.hasBatchHandlers ? await this.fillUp(received) : received;
+      const entries = received && received.length > 0 && this.processor.hasBatchHandlers ? await this.fillUp(received) : received;
       if (entries === null || (entries.length > 0 && (await this.takeOn(entries)) === 'end')) return;
     }
   }
@@ -295,7 +313,7 @@ export class PartitionWorker {
     let size = 0;
     let waitMs = 0;
     for (const entry of entries) {
-      const batch = this.params.processor.batchOf(entry);
+      const batch = this.processor.batchOf(entry);
       if (batch) [size, waitMs] = [Math.max(size, batch.maxSize), Math.max(waitMs, batch.maxWaitMs)];
     }
     const deadline = performance.now() + waitMs;
@@ -372,8 +390,8 @@ export class PartitionWorker {
    * redelivery timer. One HGETALL per partition taken; none per batch. False once stopping.
    */
   private async loadParked(): Promise<boolean> {
-    const { lines, retryProcessor } = this.params.parking!;
-    const { redis, lease, options, processor, semaphore, stats } = this.params;
+    const { lines, retryProcessor } = this.parking!;
+    const { redis, lease, options, semaphore, stats } = this.params;
     for (;;) {
       try {
         const fields = await redis.client.hgetall(redis.keys.recovery(lease.group, lease.partition));
@@ -390,6 +408,17 @@ export class PartitionWorker {
       }
     }
     if (this.draining) return false;
+    const inherited = this.parking!.inherited;
+    if (inherited) {
+      if (lines.size === 0) {
+        this.parking = undefined;
+        return true;
+      }
+      this.processor = this.fetchContext.processor = inherited.processor;
+      this.fetchContext.parked = true;
+      const msg = `${lines.parkedCount} messages parked by members with ordering 'key' or 'unordered' are here: this worker works the partition with ordering 'key' until it lets it go (the later messages of a parked key wait behind it)`;
+      this.logger.warn(this.record(msg, { parked: lines.parkedCount }));
+    }
     this.redelivery = new ParkedRedelivery({
       lines,
       redis,
@@ -397,7 +426,7 @@ export class PartitionWorker {
       origin: this.origin,
       group: lease.group,
       partition: lease.partition,
-      processor,
+      processor: this.processor,
       retryProcessor,
       semaphore,
       stop: this.stop,
@@ -415,7 +444,7 @@ export class PartitionWorker {
    * `giveUpParked`), then removes them: read from `fields`, or from Redis when told of them.
    */
   async applyParkedCommands(fields?: Record<string, string>): Promise<void> {
-    const parking = this.params.parking;
+    const parking = this.parking;
     if (!parking || this.draining) return;
     const { redis, lease } = this.params;
     const hash = redis.keys.recovery(lease.group, lease.partition);
@@ -429,7 +458,7 @@ export class PartitionWorker {
   /** Writes what changed in the parked lines (and the done-marks of `handledIds`) with a commit, and waits for it. */
   private persistParked(handledIds: readonly string[]): Promise<boolean> {
     if (this.lost) return Promise.resolve(false);
-    if (handledIds.length === 0 && !this.params.parking?.lines.hasChanges) return Promise.resolve(true);
+    if (handledIds.length === 0 && !this.parking?.lines.hasChanges) return Promise.resolve(true);
     this.commits.push(this.lastMark ?? this.committed, handledIds);
     return this.commits.flush();
   }
@@ -449,7 +478,7 @@ export class PartitionWorker {
       this.commits.push(mark, handledIds);
     }
     // While lines are parked, the redelivery timer is set again for the earliest one (this fetch may have parked more).
-    if (this.redelivery && this.params.parking!.lines.size > 0) this.redelivery.schedule();
+    if (this.redelivery && this.parking!.lines.size > 0) this.redelivery.schedule();
     return wait ? this.commits.flush() : true;
   }
 
@@ -487,7 +516,7 @@ export class PartitionWorker {
    */
   private async doneIds(entries: Entry[]): Promise<Set<string>> {
     const ids: string[] = [];
-    for (const entry of entries) if (!isMalformed(entry) && this.params.processor.wants(entry)) ids.push(entry.id);
+    for (const entry of entries) if (!isMalformed(entry) && this.processor.wants(entry)) ids.push(entry.id);
     const done = new Set<string>();
     if (ids.length === 0) return done;
     // Taken before the lookup leaves: a commit queued now may land while it travels, after Redis answered it.
@@ -534,7 +563,7 @@ export class PartitionWorker {
     const { options, lease } = this.params;
     let verdict: 'committed' | 'fenced';
     try {
-      const parked = this.params.parking?.lines.takeChanges();
+      const parked = this.parking?.lines.takeChanges();
       verdict = await lease.commit(
         offset,
         doneIds,
