@@ -64,6 +64,13 @@ export interface ConsumerOptions {
    */
   packedBacklogReads?: boolean;
   /**
+   * Bytes one read of a partition may bring (its reply is buffered whole in Redis, counting against
+   * `maxmemory` and the client output buffer limit): fewer than `batchSize` entries are read when
+   * that many would be more, judged by the partition's recent entry sizes; one entry at least.
+   * @default 4194304 (4 MiB)
+   */
+  maxReadBytes?: number;
+  /**
    * Lease TTL of a (group, partition). Renewed every third of it while the worker lives;
    * a crashed worker's partitions are taken over after it.
    * @default 30000
@@ -187,6 +194,7 @@ export const CONSUMER_OPTION_NAMES = optionNames<ConsumerOptions>()([
   'concurrency',
   'batchSize',
   'packedBacklogReads',
+  'maxReadBytes',
   'lockTtlMs',
   'heartbeatTtlMs',
   'shutdownTimeoutMs',
@@ -211,6 +219,7 @@ export const DEFAULT_CONSUMER_OPTIONS: ResolvedConsumerOptions = Object.freeze({
   concurrency: 1,
   batchSize: 200,
   packedBacklogReads: true,
+  maxReadBytes: 4 * 1024 * 1024,
   lockTtlMs: 30_000,
   heartbeatTtlMs: 30_000,
   shutdownTimeoutMs: 10_000,
@@ -293,6 +302,7 @@ export function resolveConsumerOptions(
   checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
   checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
   checkBoolean(`${path}.packedBacklogReads`, merged.packedBacklogReads);
+  checkInteger(`${path}.maxReadBytes`, merged.maxReadBytes, 65_536, 536_870_912);
   checkInteger(`${path}.lockTtlMs`, merged.lockTtlMs, 300, 3_600_000);
   checkInteger(`${path}.heartbeatTtlMs`, merged.heartbeatTtlMs, 300, 3_600_000);
   checkInteger(`${path}.shutdownTimeoutMs`, merged.shutdownTimeoutMs, 0, 3_600_000);

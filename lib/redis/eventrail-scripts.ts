@@ -360,11 +360,24 @@ export class EventrailScripts {
     return registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count);
   }
 
-  /** `XREAD COUNT count BLOCK blockMs STREAMS stream after` on `connection`, read as Buffers. */
-  static readStream(connection: Redis | Cluster, stream: string, after: string, count: number, blockMs: number): Promise<XReadBufferReply> {
-    const args = ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', stream, after];
+  /** `XREAD COUNT count BLOCK blockMs STREAMS stream after` on `connection`, read as Buffers; without `blockMs`, a read that does not wait. */
+  static readStream(
+    connection: Redis | Cluster,
+    stream: string,
+    after: string,
+    count: number,
+    blockMs?: number,
+  ): Promise<XReadBufferReply> {
+    const args =
+      blockMs === undefined ? ['COUNT', count, 'STREAMS', stream, after] : ['COUNT', count, 'BLOCK', blockMs, 'STREAMS', stream, after];
     if (leanCommandsSupported) return sendLean<XReadBufferReply>(connection, 'xread', args, true);
-    return connection.xreadBuffer('COUNT', count, 'BLOCK', blockMs, 'STREAMS', stream, after) as Promise<XReadBufferReply>;
+    return (connection.xreadBuffer as (...a: Array<string | number>) => Promise<XReadBufferReply>)(...args);
+  }
+
+  /** The id and size in bytes of the entry after `after`, without sending the entry (entrySize-1.lua); null when none follows. */
+  static async entrySize(connection: Redis | Cluster, stream: string, after: string): Promise<{ id: string; bytes: number } | null> {
+    const reply = await registerScripts(connection).eventrailEntrySize(stream, after);
+    return reply ? { id: String(reply[0]), bytes: Number(reply[1]) } : null;
   }
 
   private publishDedupArgs({ partition, id, windowMs, fields }: PublishDedupInput): [string, string, number, ...string[]] {

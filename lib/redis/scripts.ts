@@ -84,6 +84,8 @@ export interface EventrailCommands {
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
   /** The entries after `after`, at most `count`, as the MessagePack of XRANGE's answer (readBacklog-1.lua); read as a Buffer. */
   eventrailReadBacklogBuffer(stream: string, after: string, count: number): Promise<Buffer>;
+  /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
+  eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
   /** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made (appendMany-1.lua). */
   eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
@@ -134,6 +136,7 @@ const SCRIPTS = [
   'resetOffset-6',
   'readLag-3',
   'readBacklog-1',
+  'entrySize-1',
   'reanchorPosition-2',
   'markDelivery-1',
   'markFailure-1',

@@ -14,6 +14,7 @@ const TWO_VALUES: { [K in keyof Required<ConsumerOptions>]: () => [ConsumerOptio
   concurrency: () => [2, 3],
   batchSize: () => [50, 60],
   packedBacklogReads: () => [true, false],
+  maxReadBytes: () => [1_048_576, 2_097_152],
   lockTtlMs: () => [11_000, 12_000],
   heartbeatTtlMs: () => [13_000, 14_000],
   shutdownTimeoutMs: () => [1_500, 2_500],

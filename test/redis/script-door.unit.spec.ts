@@ -11,7 +11,7 @@ const LIB = join(__dirname, '..', '..', 'lib');
 const AROUND_THE_DOOR: Array<[string, RegExp]> = [
   [
     'a registered script command',
-    /\.eventrail(?:AcquireLease|CommitOffset|MarkDelivery|MarkFailure|RenewLease|ReleaseLease|Heartbeat|DropGroup|DropGroupPartition|ResetOffset|ReanchorPosition|ReadLag|ReadBacklog|ReadBacklogBuffer|PublishDedup|AppendMany|AppendManyDedup|ReleaseLock|TakeLock|TrimLog|MarkArchived|PurgeStream)\s*\(/,
+    /\.eventrail(?:AcquireLease|CommitOffset|MarkDelivery|MarkFailure|RenewLease|ReleaseLease|Heartbeat|DropGroup|DropGroupPartition|ResetOffset|ReanchorPosition|ReadLag|ReadBacklog|ReadBacklogBuffer|EntrySize|PublishDedup|AppendMany|AppendManyDedup|ReleaseLock|TakeLock|TrimLog|MarkArchived|PurgeStream)\s*\(/,
   ],
   ['sendLean/sendLeanScript', /\bsendLean(?:Script)?\s*[<(]/],
   ['leanScript', /\bleanScript\s*\(/],
