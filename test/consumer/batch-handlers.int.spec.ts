@@ -237,7 +237,7 @@ describe('batch handlers', () => {
 
   it('retries a failing batch whole, then splits it so that only the poison message is dead-lettered', async () => {
     world.poison.add(3);
-    const { app, published } = await startWithBacklog([Ledger], entries(1, 5));
+    const { app, published } = await startWithBacklog([Ledger], entries(1, 5), { consumer: { ordering: 'partition' } });
     await waitFor(async () => (await committed('ledger')) === published[4].offset, 'the offset past the batch');
     // The batch: its first try and maxRetries: 2; then each message alone, in order.
     expect(world.calls).toEqual([
@@ -266,7 +266,7 @@ describe('batch handlers', () => {
   it('sends only the messages reported in `failed` down the retry path, one by one', async () => {
     world.reported = new Set([2, 4]);
     world.reportsLeft = 3; // 2 and 4 in the batch, then 2 once more alone; its next retry succeeds
-    const { app, published } = await startWithBacklog([Ledger], entries(1, 5));
+    const { app, published } = await startWithBacklog([Ledger], entries(1, 5), { consumer: { ordering: 'partition' } });
     await waitFor(async () => (await committed('ledger')) === published[4].offset, 'the offset past the batch');
     expect(world.calls).toEqual([
       { ns: [1, 2, 3, 4, 5], attempt: 1 },
@@ -280,7 +280,7 @@ describe('batch handlers', () => {
 
   it('dead-letters a reported message that keeps failing alone, with the usual reason and attempts', async () => {
     world.reported = new Set([2]);
-    const { app, published } = await startWithBacklog([Ledger], entries(1, 3));
+    const { app, published } = await startWithBacklog([Ledger], entries(1, 3), { consumer: { ordering: 'partition' } });
     await waitFor(async () => (await committed('ledger')) === published[2].offset, 'the offset past the batch');
     const letters = await app.get(EventrailAdmin).deadLetters('ledger');
     expect(letters.map((l) => ({ n: (l.data as Data).n, reason: l.reason, attempts: l.attempts }))).toEqual([
@@ -362,7 +362,7 @@ describe('batch handlers', () => {
 
   it('replays a dead letter to its group as a one-message batch', async () => {
     world.poison.add(2);
-    const { app, published } = await startWithBacklog([Ledger], entries(1, 3));
+    const { app, published } = await startWithBacklog([Ledger], entries(1, 3), { consumer: { ordering: 'partition' } });
     await waitFor(async () => (await committed('ledger')) === published[2].offset, 'the offset past the batch');
     world.poison.clear();
     world.calls = [];
@@ -375,7 +375,7 @@ describe('batch handlers', () => {
 
   it('fails a call that outlives handlerTimeoutMs like a throw: whole-batch retries, then only the hanging message dead-lettered', async () => {
     world.poison.add(2);
-    const { app, published } = await startWithBacklog([Hanger], entries(1, 3));
+    const { app, published } = await startWithBacklog([Hanger], entries(1, 3), { consumer: { ordering: 'partition' } });
     await waitFor(async () => (await committed('hang')) === published[2].offset, 'the offset past the batch', 30_000);
     expect(world.calls.map((c) => c.ns)).toEqual([[1, 2, 3], [1, 2, 3], [1, 2, 3], [1], [2], [3]]);
     const [letter, ...others] = await app.get(EventrailAdmin).deadLetters('hang');
@@ -391,6 +391,7 @@ describe('batch handlers', () => {
     world.reported = new Set([2]);
     world.reportsLeft = 1;
     const { published } = await startWithBacklog([Ledger], entries(1, 3), {
+      consumer: { ordering: 'partition' },
       metrics: {
         onMessageProcessed: (group, event) => processed.push(`${group}:${event}`),
         onHandlerError: (_group, _event, error, attempt) => errors.push({ attempt, message: (error as Error).message }),

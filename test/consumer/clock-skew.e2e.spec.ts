@@ -85,7 +85,14 @@ describe('workers on hosts with skewed clocks', () => {
   });
 
   it('a first failure on a host ten minutes behind is stored on Redis’s clock: the next owner gives the message its whole maxRetryAgeMs', async () => {
-    const consumer = { maxRetryAgeMs: 120_000, retryBackoffMs: 100, retryBackoffMaxMs: 200, lockTtlMs: 1_500, heartbeatTtlMs: 1_500 };
+    const consumer = {
+      ordering: 'partition',
+      maxRetryAgeMs: 120_000,
+      retryBackoffMs: 100,
+      retryBackoffMaxMs: 200,
+      lockTtlMs: 1_500,
+      heartbeatTtlMs: 1_500,
+    };
     const behind = await spawnWorker(-TEN_MINUTES, consumer);
     const { offset } = await publisher.publish('pay.failing', {});
     const recovery = keys.recovery(GROUP, 0);

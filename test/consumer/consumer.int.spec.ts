@@ -115,7 +115,7 @@ describe('consumer runtime', () => {
   });
 
   it('retries a failing handler in place, then gives up and moves on; NonRetryableError gives up at once', async () => {
-    const app = await start();
+    const app = await start({ consumer: { ordering: 'partition' } });
     record.failUntilAttempt.set(1, 3); // succeeds on attempt 3 (maxRetries 2)
     record.failUntilAttempt.set(2, 99); // never succeeds
     record.nonRetryable.add(3);

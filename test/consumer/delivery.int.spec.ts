@@ -90,7 +90,7 @@ describe('delivery guarantees', () => {
   afterAll(() => redis.disconnect());
 
   it('dead-letters after the last retry with the entry and the failure, and moves on', async () => {
-    const app = await start();
+    const app = await start({ consumer: { ordering: 'partition' } });
     behaviour.failing.add(2);
     const published = await app
       .get(EventrailPublisher)
@@ -121,7 +121,7 @@ describe('delivery guarantees', () => {
   });
 
   it('dead-letters a NonRetryableError subclass at once, a handler timeout after its retries, and malformed entries', async () => {
-    const app = await start();
+    const app = await start({ consumer: { ordering: 'partition' } });
     behaviour.invalid.add(1);
     behaviour.hanging.add(2);
     await app.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'order.placed', data: { n } })));
@@ -144,7 +144,7 @@ describe('delivery guarantees', () => {
 
   it('retries in place: the failing partition waits, other partitions do not', async () => {
     // Event 1 hangs: each attempt ends with the 200 ms handler timeout, three attempts in all.
-    const app = await start({ partitions: 2 });
+    const app = await start({ partitions: 2, consumer: { ordering: 'partition' } });
     behaviour.hanging.add(1);
     const publisher = app.get(EventrailPublisher);
     await publisher.publish('order.placed', { n: 1 }, { partition: 0 });
@@ -157,7 +157,7 @@ describe('delivery guarantees', () => {
   });
 
   it('replays dead letters to the group that dead-lettered them, and only to it', async () => {
-    const app = await start();
+    const app = await start({ consumer: { ordering: 'partition' } });
     const admin = app.get(EventrailAdmin);
     behaviour.failing = new Set([1, 2, 3]);
     const published = await app

@@ -27,7 +27,13 @@ const dependency = {
 
 const LOCK_TTL_MS = 500;
 /** Quick retries so a test is short; the default `maxRetries` (5) would be spent within a few dozen milliseconds. */
-const QUICK = { retryBackoffMs: 2, retryBackoffMaxMs: 20, lockTtlMs: LOCK_TTL_MS, heartbeatTtlMs: LOCK_TTL_MS };
+const QUICK = {
+  ordering: 'partition',
+  retryBackoffMs: 2,
+  retryBackoffMaxMs: 20,
+  lockTtlMs: LOCK_TTL_MS,
+  heartbeatTtlMs: LOCK_TTL_MS,
+} as const;
 
 @Injectable()
 class Bookkeeper {
@@ -68,7 +74,13 @@ class BatchBookkeeper {
 
 @Injectable()
 class SlowRetries {
-  @OnEvent('ledger.entry', { group: 'slow', maxRetryAgeMs: 600_000, retryBackoffMs: 3_600_000, retryBackoffMaxMs: 3_600_000 })
+  @OnEvent('ledger.entry', {
+    group: 'slow',
+    ordering: 'partition',
+    maxRetryAgeMs: 600_000,
+    retryBackoffMs: 3_600_000,
+    retryBackoffMaxMs: 3_600_000,
+  })
   book(message: EventrailMessage<Data>): void {
     dependency.call(message.data.n, message.attempt);
     dependency.handled.push(message.data.n);

@@ -37,24 +37,87 @@ describe('retryVerdict', () => {
   });
 });
 
-describe('maxRetryAgeMs resolution', () => {
-  it('is off by default: count-based retries as before', () => {
-    expect(DEFAULT_CONSUMER_OPTIONS).toMatchObject({ maxRetries: 5, maxRetryAgeMs: 0 });
+describe('retry defaults by ordering', () => {
+  it("default to 'key': two quick tiers from 200 ms doubling to 2 s, no time budget", () => {
+    expect(DEFAULT_CONSUMER_OPTIONS).toMatchObject({
+      ordering: 'key',
+      maxRetries: 2,
+      retryBackoffMs: 200,
+      retryBackoffMaxMs: 2_000,
+      maxRetryAgeMs: 0,
+      redelivery: { maxAgeMs: 3_600_000 },
+    });
   });
 
-  it('given without maxRetries next to it, lifts the count limit', () => {
-    const resolved = resolveConsumerOptions('consumer', { maxRetryAgeMs: 3_600_000 }, DEFAULT_CONSUMER_OPTIONS);
+  it("with 'partition', retry in place 5 times from 1 s doubling to 30 s, as eventrail did", () => {
+    expect(resolveConsumerOptions('consumer', { ordering: 'partition' }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
+      maxRetries: 5,
+      retryBackoffMs: 1_000,
+      retryBackoffMaxMs: 30_000,
+      maxRetryAgeMs: 0,
+    });
+    // A group that goes back to 'key' over a 'partition' module gets the quick tiers again.
+    const partition = resolveConsumerOptions('consumer', { ordering: 'partition' }, DEFAULT_CONSUMER_OPTIONS);
+    expect(resolveConsumerOptions('groups.g', { ordering: 'key' }, partition)).toMatchObject({
+      maxRetries: 2,
+      retryBackoffMs: 200,
+      retryBackoffMaxMs: 2_000,
+    });
+  });
+
+  it('keep a value set by the user whatever the ordering', () => {
+    const set = resolveConsumerOptions('consumer', { maxRetries: 7, retryBackoffMs: 50 }, DEFAULT_CONSUMER_OPTIONS);
+    expect(resolveConsumerOptions('groups.g', { ordering: 'partition' }, set)).toMatchObject({
+      maxRetries: 7,
+      retryBackoffMs: 50,
+      retryBackoffMaxMs: 30_000,
+    });
+  });
+});
+
+describe('maxRetryAgeMs resolution', () => {
+  it('is off by default: count-based retries as before', () => {
+    expect(DEFAULT_CONSUMER_OPTIONS).toMatchObject({ maxRetryAgeMs: 0 });
+    expect(resolveConsumerOptions('consumer', { ordering: 'partition' }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
+      maxRetries: 5,
+      maxRetryAgeMs: 0,
+    });
+  });
+
+  it("given without maxRetries next to it, lifts the count limit with 'partition'", () => {
+    const resolved = resolveConsumerOptions('consumer', { ordering: 'partition', maxRetryAgeMs: 3_600_000 }, DEFAULT_CONSUMER_OPTIONS);
     expect(resolved).toMatchObject({ maxRetryAgeMs: 3_600_000, maxRetries: Number.POSITIVE_INFINITY });
     // A more specific level inherits both, or sets a count of its own.
     expect(resolveConsumerOptions('groups.g', { concurrency: 2 }, resolved).maxRetries).toBe(Number.POSITIVE_INFINITY);
     expect(resolveConsumerOptions('groups.g', { maxRetries: 3 }, resolved)).toMatchObject({ maxRetries: 3, maxRetryAgeMs: 3_600_000 });
   });
 
-  it('given with maxRetries, keeps both limits', () => {
-    expect(resolveConsumerOptions('consumer', { maxRetryAgeMs: 60_000, maxRetries: 8 }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
-      maxRetries: 8,
-      maxRetryAgeMs: 60_000,
+  it("given with maxRetries, keeps both limits with 'partition'", () => {
+    expect(
+      resolveConsumerOptions('consumer', { ordering: 'partition', maxRetryAgeMs: 60_000, maxRetries: 8 }, DEFAULT_CONSUMER_OPTIONS),
+    ).toMatchObject({ maxRetries: 8, maxRetryAgeMs: 60_000 });
+  });
+
+  it("with 'key', keeps the quick tiers' count and sets how long a parked message may fail", () => {
+    expect(resolveConsumerOptions('consumer', { maxRetryAgeMs: 600_000 }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
+      ordering: 'key',
+      maxRetries: 2,
+      maxRetryAgeMs: 600_000,
+      redelivery: { maxAgeMs: 600_000 },
     });
+    expect(resolveConsumerOptions('consumer', { maxRetryAgeMs: 600_000, maxRetries: 4 }, DEFAULT_CONSUMER_OPTIONS)).toMatchObject({
+      maxRetries: 4,
+      redelivery: { maxAgeMs: 600_000 },
+    });
+  });
+
+  it("with 'key', leaves redelivery.maxAgeMs alone when it is set next to it", () => {
+    const resolved = resolveConsumerOptions(
+      'consumer',
+      { maxRetryAgeMs: 600_000, redelivery: { maxAgeMs: 120_000 } },
+      DEFAULT_CONSUMER_OPTIONS,
+    );
+    expect(resolved).toMatchObject({ maxRetries: 2, maxRetryAgeMs: 600_000, redelivery: { maxAgeMs: 120_000 } });
   });
 
   it('refuses a value that is not a whole number of milliseconds, naming the option', () => {

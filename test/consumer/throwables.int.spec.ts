@@ -135,7 +135,7 @@ describe('a handler may throw anything', () => {
   });
 
   it('retries and dead-letters every kind of thrown value like an Error, and the partition goes on to the next entry', async () => {
-    app = await createApp({ prefix }, [Handlers]);
+    app = await createApp({ prefix, consumer: { ordering: 'partition' } }, [Handlers]);
     const published = await app
       .get(EventrailPublisher)
       .publishMany([...THROWABLES.map((_, n) => ({ event: 'thrown', data: { n } })), { event: 'thrown', data: { n: -1 } }]);
