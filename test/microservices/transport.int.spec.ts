@@ -295,7 +295,7 @@ describe('@nestjs/microservices transport', () => {
   });
 
   it('retries a rejecting handler in place and dead-letters an errored stream after maxRetries, with its error', async () => {
-    const { client, journal, prefix } = await start({ maxRetries: 2 });
+    const { client, journal, prefix } = await start({ ordering: 'partition', maxRetries: 2 });
     await lastValueFrom(client.emit('flaky', { n: 1 }));
     await lastValueFrom(client.emit('broken', { n: 2 }));
     await lastValueFrom(client.emit('payment.completed', { n: 3 }));
@@ -318,7 +318,7 @@ describe('@nestjs/microservices transport', () => {
   });
 
   it("applies Nest's pipes, guards, interceptors and exception filters to @EventPattern handlers", async () => {
-    const { client, journal, prefix } = await start({ maxRetries: 0 });
+    const { client, journal, prefix } = await start({ ordering: 'partition', maxRetries: 0 });
     const acme = { headers: { tenant: 'acme' } };
     const ok = await lastValueFrom(client.emit<PublishResult>('charge', new EventrailRecord({ cents: '1250' }, acme)));
     const declined = await lastValueFrom(client.emit<PublishResult>('charge', new EventrailRecord({ cents: '99', declined: true }, acme)));
@@ -347,7 +347,14 @@ describe('@nestjs/microservices transport', () => {
     prefixes.push(prefix);
     @Module({ imports: [clientModule(prefix, 1)], controllers: [BillingController], providers: [Journal] })
     class PlainModule {}
-    const server = new EventrailServer({ redis: testRedisUrl(), prefix, group: 'billing', maxRetries: 1, retryBackoffMs: 1 });
+    const server = new EventrailServer({
+      redis: testRedisUrl(),
+      prefix,
+      group: 'billing',
+      ordering: 'partition',
+      maxRetries: 1,
+      retryBackoffMs: 1,
+    });
     const app = await NestFactory.createMicroservice(PlainModule, { strategy: server, logger: false });
     apps.push(app);
     await app.listen();
