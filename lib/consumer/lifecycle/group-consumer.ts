@@ -5,6 +5,7 @@ import { readLag } from '../coordination/lag';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
+import type { Cluster, Redis } from 'ioredis';
 import { newGroupStats, type GroupStats } from '../pipeline/group-stats';
 import type { FailedMessageSink } from '../handling/failed-message';
 import type { HandlerMap } from '../handling/group-plan';
@@ -12,6 +13,7 @@ import { AcquiredLease, followsOwnLease, PartitionLease } from '../coordination/
 import { MemberBars } from '../coordination/member-bars';
 import { GroupMembership, WorkerIdentity } from '../coordination/membership';
 import { FailureMemory } from '../coordination/failure-memory';
+import { explainRefusal, openReadConnection } from '../coordination/read-connection';
 import { claimGroup, releaseGroup } from '../coordination/group-claims';
 import { MessageProcessor } from '../handling/message-processor';
 import { ParkedLines } from '../handling/parked-lines';
@@ -69,6 +71,15 @@ export class GroupConsumer {
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
   /** The last lease token this process held per partition: a lease it takes right after its own lapsed is no crash. */
   private readonly lastTokens = new Map<number, string>();
+  /**
+   * Partitions whose lease this process gave back because it could not open their read connection
+   * (Redis at `maxclients`): why, and when (performance.now()) it tries them again.
+   */
+  private readonly unread = new Map<number, { cause: string; retryAt: number }>();
+  /** The unread partitions and cause last warned about ('' for none). */
+  private unreadReported = '';
+  /** Since when (performance.now()) a worker's read connection has been down while this process's ticks got through. */
+  private readonly notReading = new Map<PartitionWorker, number>();
 
   constructor(
     readonly name: string,
@@ -234,6 +245,7 @@ export class GroupConsumer {
       });
       if (this.tickFailing) this.logger.log(logRecord(`Group "${this.name}": Redis answers again`, { group: this.name }));
       this.tickFailing = false;
+      await this.handBackUnreadable(owned);
       this.members = members;
       await this.rebalancer.run();
       if (this.metrics.wantsLag) await this.sampleLag();
@@ -300,8 +312,10 @@ export class GroupConsumer {
       return;
     }
     let missing = share - owned.length;
-    // A partition whose old worker is still finishing is not free yet.
-    const candidates = order.filter((p) => !this.workers.has(p));
+    // A partition whose old worker is still finishing is not free yet; one this process could not read
+    // waits a lease TTL, so another member (with room for a connection) takes it first.
+    const now = performance.now();
+    const candidates = order.filter((p) => !this.workers.has(p) && (this.unread.get(p)?.retryAt ?? 0) <= now);
     while (missing > 0 && candidates.length > 0 && this.running) {
       const attempt = candidates.splice(0, missing);
       const acquired = await PartitionLease.acquire(
@@ -314,8 +328,89 @@ export class GroupConsumer {
         this.membership.generation,
         this.metrics,
       );
-      for (const taken of acquired) if (taken && this.startWorker(taken)) missing--;
+      // One this process could not read that another member holds now is read there: no longer reported.
+      attempt.forEach((partition, i) => acquired[i] === null && this.unread.delete(partition) && this.reportUnread());
+      for (const started of await this.startReadable(acquired)) if (started) missing--;
     }
+  }
+
+  /**
+   * Opens the read connection of every partition just taken, and starts the workers of those that
+   * answer. The others are not held: their leases go back at once (one whose last holder crashed is
+   * left to expire instead, so the next owner still counts that delivery), and a warning names them.
+   */
+  private async startReadable(acquired: ReadonlyArray<AcquiredLease | null>): Promise<boolean[]> {
+    // A third of the lease TTL: the renewals run at that pace, and a Redis slower than that loses leases anyway.
+    const timeoutMs = Math.floor(this.options.lockTtlMs / 3);
+    const opened = await Promise.all(acquired.map((taken) => (taken ? openReadConnection(this.redis, timeoutMs) : Promise.resolve(null))));
+    const refused: Array<{ partition: number; cause: string }> = [];
+    const started = acquired.map((taken, i) => {
+      const read = opened[i];
+      if (!taken || !read) return false;
+      if ('connection' in read) return this.startWorker(taken, read.connection);
+      refused.push({ partition: taken.lease.partition, cause: read.refused });
+      return false;
+    });
+    if (refused.length === 0) return started;
+    const retryAt = performance.now() + this.options.lockTtlMs;
+    for (const { partition, cause } of refused) this.unread.set(partition, { cause, retryAt });
+    this.reportUnread();
+    await Promise.all(
+      refused.map(({ partition }) => {
+        const taken = acquired.find((a) => a?.lease.partition === partition);
+        return taken && !taken.recovering ? taken.lease.release().catch(() => undefined) : Promise.resolve();
+      }),
+    );
+    await this.announce(this.name);
+    return started;
+  }
+
+  /**
+   * Hands back the partitions whose read connection has been down for a lease TTL while this process's
+   * heartbeat and renewals got through (Redis answers, but refuses this connection: `maxclients` after
+   * the connection dropped), so another member can read them. Asked once per tick, from what the
+   * connections already know: no command unless one is handed back.
+   */
+  private async handBackUnreadable(owned: PartitionWorker[]): Promise<void> {
+    const now = performance.now();
+    const down: PartitionWorker[] = [];
+    for (const worker of [...this.notReading.keys()]) if (!owned.includes(worker)) this.notReading.delete(worker);
+    for (const worker of owned) {
+      if (worker.reading || !worker.active) {
+        this.notReading.delete(worker);
+        continue;
+      }
+      const since = this.notReading.get(worker) ?? now;
+      this.notReading.set(worker, since);
+      if (now - since >= this.options.lockTtlMs) down.push(worker);
+    }
+    if (down.length === 0) return;
+    const cause = await explainRefusal(this.redis, `its read connection has been down for ${this.options.lockTtlMs} ms`);
+    const retryAt = performance.now() + this.options.lockTtlMs;
+    for (const worker of down) {
+      this.notReading.delete(worker);
+      this.unread.set(worker.partition, { cause, retryAt });
+    }
+    this.reportUnread();
+    // Not waited for here: a handler in hand may take its time, and the tick goes on meanwhile.
+    void Promise.all(down.map((worker) => worker.stopGracefully(this.options.shutdownTimeoutMs, true))).then(() =>
+      this.announce(this.name),
+    );
+  }
+
+  /** Says at warn, once per change, which partitions this process gave back because it cannot read them, and why. */
+  private reportUnread(): void {
+    const partitions = [...this.unread.keys()].sort((a, b) => a - b);
+    const causes = [...new Set([...this.unread.values()].map((u) => u.cause))];
+    const text = partitions.length === 0 ? '' : `${partitions.join(', ')}: ${causes.join('; ')}`;
+    if (text === this.unreadReported) return;
+    this.unreadReported = text;
+    if (text === '') return;
+    const msg =
+      `Group "${this.name}": could not open a read connection for ${partitions.length === 1 ? 'partition' : 'partitions'} ${partitions.join(', ')} ` +
+      `(${causes.join('; ')}); not holding them, so another member can take them. This process tries them again every ${this.options.lockTtlMs} ms ` +
+      '(lockTtlMs). Each partition a process works needs its own connection: raise Redis maxclients, or run fewer partitions per process.';
+    this.logger.warn(logRecord(msg, { group: this.name, partitions, causes }));
   }
 
   /**
@@ -384,13 +479,19 @@ export class GroupConsumer {
   }
 
   /** Starts working a partition whose lease was just taken; false when this consumer stopped meanwhile. */
-  private startWorker({ lease, committed, recovering }: AcquiredLease): boolean {
+  private startWorker({ lease, committed, recovering }: AcquiredLease, connection?: Redis | Cluster): boolean {
     if (!this.running) {
       // Stopped while the acquire was in flight: give the lease straight back.
+      connection?.disconnect();
       void lease.release().catch(() => undefined);
       return false;
     }
     const { partition } = lease;
+    if (this.unread.delete(partition)) {
+      const msg = `Group "${this.name}": reads partition ${partition} again (its read connection opened)`;
+      this.logger.log(logRecord(msg, { group: this.name, partition }));
+      this.reportUnread();
+    }
     // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died
     // handling the entry after the offset, so no delivery is counted. Another holder between, or another
     // process (an earlier run of this one too), did not release it: that is counted.
@@ -410,6 +511,7 @@ export class GroupConsumer {
       options: this.options,
       onCommitted: (p, offset) => this.commitListeners.forEach((listener) => listener(p, offset)),
       parking,
+      connection,
     });
     this.workers.set(partition, worker);
     worker.start((ended) => this.onWorkerEnd(ended));

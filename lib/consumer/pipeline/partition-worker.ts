@@ -63,6 +63,8 @@ export interface PartitionWorkerParams {
    * starts, written with its commits) and the processor that tries a parked head once.
    */
   parking?: Parking;
+  /** The blocking read connection, opened and answering (see `openReadConnection`); a new one when absent. */
+  connection?: Redis | Cluster;
 }
 
 export interface Parking {
@@ -179,13 +181,18 @@ export class PartitionWorker {
     return this.params.parking?.lines;
   }
 
+  /** Whether its blocking read connection is up now; false while it reconnects, or Redis refuses it. */
+  get reading(): boolean {
+    return this.connection?.status === 'ready';
+  }
+
   /** True when the worker ended because its lease was taken over. */
   get wasLost(): boolean {
     return this.lost;
   }
 
   start(onEnd: (worker: PartitionWorker) => void): void {
-    this.connection = this.params.redis.duplicate();
+    this.connection = this.params.connection ?? this.params.redis.duplicate();
     this.loop = this.run().catch((error: unknown) => {
       this.logger.error(this.record(`stopped on an unexpected error: ${describeError(error)}`, { stack: errorStack(error) }));
       this.abort();
