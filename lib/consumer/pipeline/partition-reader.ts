@@ -243,9 +243,10 @@ export class PartitionReader {
     const { partition } = this.origin;
     const text =
       `Group "${group}" partition ${partition}: Redis closed the connection during a read of ${cut.count} entries ` +
-      `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry), most likely at its client-output-buffer-limit ` +
-      `for normal clients; reading at most ${this.capped(Number.MAX_SAFE_INTEGER)} entries (${size(this.ceiling)}) at a time now. ` +
-      `Keep the limit above maxReadBytes (${size(this.options.maxReadBytes)})`;
+      `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.capped(Number.MAX_SAFE_INTEGER)} ` +
+      `entries (${size(this.ceiling)}) at a time now. If its client-output-buffer-limit for normal clients closed it ` +
+      `(Redis logs "overcoming of output buffer limits"; a restart or a failover closes connections too), ` +
+      `keep that limit above maxReadBytes (${size(this.options.maxReadBytes)})`;
     this.logger.warn(logRecord(text, { group, partition, cutEntries: cut.count, entryBytes: Math.round(this.perEntry!) }));
   }
 
