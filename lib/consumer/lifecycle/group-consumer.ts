@@ -23,6 +23,9 @@ import { SHUTDOWN_REDIS_WAIT_MS, StopDeadline } from '../pipeline/stop-deadline'
 import { Semaphore } from '../../util/semaphore';
 import { SerialTask } from '../../util/serial-task';
 
+/** The least time a partition's read connection may be down, while the rest answers, before the partition is handed back. */
+const READ_RECONNECT_GRACE_MS = 5_000;
+
 /**
  * Runs one consumer group in this process: keeps its fair share of
  * partitions (`ceil(partitions / liveMembers)`) by taking free or expired
@@ -382,10 +385,10 @@ export class GroupConsumer {
       }
       const since = this.notReading.get(worker) ?? now;
       this.notReading.set(worker, since);
-      if (now - since >= this.options.lockTtlMs) down.push(worker);
+      if (now - since >= this.readDownMs) down.push(worker);
     }
     if (down.length === 0) return;
-    const cause = await explainRefusal(this.redis, `its read connection has been down for ${this.options.lockTtlMs} ms`);
+    const cause = await explainRefusal(this.redis, `its read connection has been down for ${this.readDownMs} ms`);
     const retryAt = performance.now() + this.options.lockTtlMs;
     for (const worker of down) {
       this.notReading.delete(worker);
@@ -396,6 +399,15 @@ export class GroupConsumer {
     void Promise.all(down.map((worker) => worker.stopGracefully(this.options.shutdownTimeoutMs, true))).then(() =>
       this.announce(this.name),
     );
+  }
+
+  /**
+   * How long a read connection may be down while the rest answers before its partition is handed back: a
+   * lease TTL, and at least `READ_RECONNECT_GRACE_MS`, which outlasts ioredis's reconnect backoff (2 s at
+   * most by default), so the readers coming back after a Redis restart behind the main connection keep their partitions.
+   */
+  private get readDownMs(): number {
+    return Math.max(this.options.lockTtlMs, READ_RECONNECT_GRACE_MS);
   }
 
   /** Says at warn, once per change, which partitions this process gave back because it cannot read them, and why. */
