@@ -326,7 +326,10 @@ describe('EventrailHealthIndicator', () => {
   });
 
   it('with handlerTimeoutMs, a hung handler is timed out, retried and dead-lettered, and the partition moves on', async () => {
-    const { app, check } = await boot({ groups: { stuck: { handlerTimeoutMs: 50, maxRetries: 1, retryBackoffMs: 10 } } }, [Stuck]);
+    const { app, check } = await boot(
+      { groups: { stuck: { ordering: 'partition', handlerTimeoutMs: 50, maxRetries: 1, retryBackoffMs: 10 } } },
+      [Stuck],
+    );
     await app.get(EventrailPublisher).publishMany([1, 2].map((n) => ({ event: 'entry.stuck', data: { n }, partition: 0 })));
     await waitFor(async () => (await app.get(EventrailAdmin).group('stuck')).deadLetters === 2, 'both dead-lettered');
     const up = await upWithin(() => check({ maxStallMs: 50, maxLag: 0 }), 'healthy: nothing waits');

@@ -11,7 +11,7 @@ const RAW_CONTROLS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u206
 
 @Injectable()
 class Refuser {
-  @OnEvent('order.placed', { group: 'billing', maxRetries: 1, retryBackoffMs: 10 })
+  @OnEvent('order.placed', { group: 'billing', ordering: 'partition', maxRetries: 1, retryBackoffMs: 10 })
   bill(message: EventrailMessage<{ note: string }>): void {
     throw new Error(`cannot bill: ${message.data.note}`);
   }

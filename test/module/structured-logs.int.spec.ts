@@ -7,7 +7,7 @@ import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/he
 
 @Injectable()
 class Refuser {
-  @OnEvent('order.placed', { group: 'billing', maxRetries: 1, retryBackoffMs: 5 })
+  @OnEvent('order.placed', { group: 'billing', ordering: 'partition', maxRetries: 1, retryBackoffMs: 5 })
   bill(message: EventrailMessage<{ n: number }>): void {
     throw new Error(`cannot bill ${message.data.n}`);
   }
