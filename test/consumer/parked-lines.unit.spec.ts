@@ -101,7 +101,7 @@ describe('ParkedLines', () => {
       [2_000, 4_000],
     ]);
     // Each line has its own tiers: another key parked now starts at the first quick one.
-    expect(full.failed(entry('1-0', 'B'), failure(1))).toBe('parked');
+    expect(full.failed(entry('2-0', 'B'), failure(1))).toBe('parked');
     expect(full.state('k:B')!.n - clock.now).toBe(200);
   });
 
@@ -121,6 +121,35 @@ describe('ParkedLines', () => {
     const loaded = lines('key', { now: 7 });
     expect(loaded.load({ [field]: value, position: 'x', 'park:k:bad': '{"ids":[]}' })).toEqual(['park:k:bad']);
     expect(loaded.state('k:x"y')?.ids).toEqual(['5-1', '6-0']);
+  });
+
+  it("works lines stored under the other mode's names (a change of ordering) where they are", () => {
+    const stored = (ids: string[], k: string) => JSON.stringify({ ids, k, a: 1, f: 1, n: 50, e: 'x', t: ids[ids.length - 1], r: 0, c: 0 });
+    // 'key' inherits two lines 'unordered' parked for key A, and one for B.
+    const byKey = lines('key', { now: 100 });
+    byKey.load({ 'park:m:1-0': stored(['1-0'], 'A'), 'park:m:3-0': stored(['3-0'], 'A'), 'park:m:2-0': stored(['2-0'], 'B') });
+    expect(byKey.holds(entry('4-0', 'A'))).toBe(true);
+    expect(byKey.holds(entry('4-1', 'C'))).toBe(false);
+    // A later message of A waits behind the newest line of A; a failing head stays in its own line.
+    byKey.behind(entry('4-0', 'A'));
+    expect(byKey.state('m:3-0')?.ids).toEqual(['3-0', '4-0']);
+    expect(byKey.lineOf(entry('1-0', 'A'))).toBe('m:1-0');
+    expect(byKey.failed(entry('1-0', 'A'), failure(2))).toBe('parked');
+    expect(byKey.size).toBe(3);
+    expect(byKey.isHead(entry('1-0', 'A'))).toBe(true);
+    byKey.release('m:3-0');
+    expect(byKey.isHead(entry('4-0', 'A'))).toBe(true);
+    byKey.release('m:3-0');
+    byKey.release('m:1-0');
+    expect(byKey.holds(entry('5-0', 'A'))).toBe(false);
+    expect(byKey.lineOf(entry('5-0', 'A'))).toBe('k:A');
+    // 'unordered' inherits a key line: its head fails in it; later messages of the key are not held.
+    const unordered = lines('unordered', { now: 100 });
+    unordered.load({ 'park:k:A': stored(['1-0', '2-0'], 'A') });
+    expect(unordered.lineOf(entry('1-0', 'A'))).toBe('k:A');
+    expect(unordered.failed(entry('1-0', 'A'), failure(2))).toBe('parked');
+    expect(unordered.size).toBe(1);
+    expect(unordered.holds(entry('3-0', 'A'))).toBe(false);
   });
 
   it('counts a redelivery a dead owner left running as a crash, due at once', () => {

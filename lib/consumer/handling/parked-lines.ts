@@ -89,6 +89,13 @@ export class ParkedLines {
   private readonly lines = new Map<string, ParkedLineState>();
   /** Lines changed since the last `takeChanges`: the new state, or null when released. */
   private readonly changed = new Map<string, ParkedLineState | null>();
+  /**
+   * The line each head leads. A line may carry another mode's name: lines parked by members with the
+   * other setting (a rolling deploy that changes `ordering`) are worked under the name they were stored.
+   */
+  private readonly heads = new Map<string, string>();
+  /** `'m:'` lines by key: with `'key'` ordering, later messages of their key wait behind them too. */
+  private readonly byKey = new Map<string, Set<string>>();
   private readonly random: () => number;
 
   constructor(private readonly config: ParkedLinesConfig) {
@@ -118,7 +125,7 @@ export class ParkedLines {
       if (!field.startsWith(PARKED_FIELD_PREFIX)) continue;
       const line = field.slice(PARKED_FIELD_PREFIX.length);
       const state = parseLine(value);
-      if (state) this.lines.set(line, state);
+      if (state) this.add(line, state);
       else {
         dropped.push(field);
         this.changed.set(line, null);
@@ -127,15 +134,29 @@ export class ParkedLines {
     return dropped;
   }
 
-  /** The line `entry` belongs to. */
+  /**
+   * The line `entry` belongs to: the one it leads, else its key's (`'key'`: `k:<key>`, or the newest
+   * line another mode parked a message of that key in) or its own (`'unordered'`: `m:<offset>`).
+   */
   lineOf(entry: RawEntry): string {
-    return this.config.mode === 'key' ? `k:${entry.key ?? ''}` : `m:${entry.offset}`;
+    const led = this.heads.get(entry.offset);
+    if (led !== undefined) return led;
+    if (this.config.mode !== 'key') return `m:${entry.offset}`;
+    const key = entry.key ?? '';
+    const own = `k:${key}`;
+    if (this.lines.has(own)) return own;
+    const inherited = this.byKey.get(key);
+    if (!inherited) return own;
+    let newest: string | undefined;
+    for (const line of inherited) if (!newest || compareStreamIds(this.lines.get(line)!.t, this.lines.get(newest)!.t) > 0) newest = line;
+    return newest ?? own;
   }
 
   /** True when `entry` must wait behind a parked line (`'key'` mode: its key is parked). Malformed entries wait for nobody. */
   holds(entry: RawEntry | MalformedEntry): entry is RawEntry {
     if (this.lines.size === 0 || this.config.mode !== 'key' || isMalformed(entry)) return false;
-    return this.lines.has(this.lineOf(entry));
+    const key = entry.key ?? '';
+    return this.lines.has(`k:${key}`) || this.byKey.has(key);
   }
 
   /** Parks `entry` behind its key's line (it must `hold` it). An entry the line already has (read again) is not added twice. */
@@ -164,7 +185,7 @@ export class ParkedLines {
     }
     if (!state) {
       state = { ids: [entry.offset], k: entry.key ?? '', a: 0, f: 0, n: 0, e: '', t: entry.offset, r: 0, c: 0 };
-      this.lines.set(line, state);
+      this.add(line, state);
     }
     // The first failure as the retry code saw it, moved onto Redis's clock; later ones are failed redeliveries.
     if (state.f === 0) {
@@ -190,12 +211,13 @@ export class ParkedLines {
   release(line: string): void {
     const state = this.lines.get(line);
     if (!state) return;
-    state.ids.shift();
+    this.heads.delete(state.ids.shift()!);
     if (state.ids.length === 0) {
-      this.lines.delete(line);
+      this.remove(line, state);
       this.changed.set(line, null);
       return;
     }
+    this.heads.set(state.ids[0], line);
     Object.assign(state, { a: 0, f: 0, n: 0, e: '', r: 0, c: 0, d: 0 });
     delete state.g;
     this.changed.set(line, state);
@@ -279,7 +301,7 @@ export class ParkedLines {
 
   /** True when `entry` is the head of its line (it is being redelivered). */
   isHead(entry: RawEntry | MalformedEntry): entry is RawEntry {
-    return !isMalformed(entry) && this.lines.get(this.lineOf(entry))?.ids[0] === entry.offset;
+    return !isMalformed(entry) && this.heads.has(entry.offset);
   }
 
   state(line: string): Readonly<ParkedLineState> | undefined {
@@ -315,6 +337,24 @@ export class ParkedLines {
       const line = field.slice(PARKED_FIELD_PREFIX.length);
       if (!this.changed.has(line)) this.changed.set(line, this.lines.get(line) ?? null);
     }
+  }
+
+  private add(line: string, state: ParkedLineState): void {
+    const old = this.lines.get(line);
+    if (old) this.remove(line, old);
+    this.lines.set(line, state);
+    this.heads.set(state.ids[0], line);
+    if (line.startsWith('m:')) {
+      const lines = this.byKey.get(state.k) ?? new Set<string>();
+      this.byKey.set(state.k, lines.add(line));
+    }
+  }
+
+  private remove(line: string, state: ParkedLineState): void {
+    this.lines.delete(line);
+    if (state.ids.length > 0 && this.heads.get(state.ids[0]) === line) this.heads.delete(state.ids[0]);
+    const lines = this.byKey.get(state.k);
+    if (lines?.delete(line) && lines.size === 0) this.byKey.delete(state.k);
   }
 
   /**
