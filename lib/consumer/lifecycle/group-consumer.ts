@@ -369,7 +369,7 @@ export class GroupConsumer {
   }
 
   /**
-   * Hands back the partitions whose read connection has been down for a lease TTL while this process's
+   * Hands back the partitions whose read connection has been down for `readDownMs` while this process's
    * heartbeat and renewals got through (Redis answers, but refuses this connection: `maxclients` after
    * the connection dropped), so another member can read them. Asked once per tick, from what the
    * connections already know: no command unless one is handed back.
