@@ -561,7 +561,8 @@ export class PartitionWorker {
   private read(after: string, count: number, blockMs = BLOCK_MS): Promise<Entry[]> {
     const connection = this.connection;
     if (!connection) return Promise.resolve([]);
-    this.reader ??= new PartitionReader(this.streamKey, this.origin, this.params.options.packedBacklogReads);
+    const { packedBacklogReads: packed, maxReadBytes } = this.params.options;
+    this.reader ??= new PartitionReader(this.streamKey, this.origin, { packed, maxReadBytes, group: this.params.lease.group });
     return this.reader.read(connection, after, count, blockMs);
   }
 
