@@ -177,7 +177,7 @@ describe('OpenTelemetry traces across the log', () => {
   });
 
   it('by default each attempt starts a trace of its own that links to the producer; a retry and a dead letter are span events', async () => {
-    const url = await boot();
+    const url = await boot({ consumer: { ordering: 'partition' } });
     failUntilAttempt = 2; // the first attempt fails, the retry succeeds
     await placeOrder(url, 'o-2');
     await waitFor(() => spansOf(prefix).filter((s) => s.name === 'process order.placed').length === 2, 'two attempts');
@@ -210,7 +210,7 @@ describe('OpenTelemetry traces across the log', () => {
   });
 
   it('a dead-letter replay is a span of its own; the new attempts link to it and to the original producer', async () => {
-    const url = await boot();
+    const url = await boot({ consumer: { ordering: 'partition' } });
     failUntilAttempt = 10;
     await placeOrder(url, 'o-5');
     await waitFor(() => spansOf(prefix).some((s) => s.name === 'dead-letter order.placed'), 'the dead letter');
