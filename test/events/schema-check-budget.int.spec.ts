@@ -31,7 +31,7 @@ const batched: number[] = [];
 @Injectable()
 class SlowHandler {
   // A check of 700 ms and a handler of 700 ms: together they outlive handlerTimeoutMs (1 s), each alone does not.
-  @OnEvent(Slow, { group: 'budget', handlerTimeoutMs: HANDLER_TIMEOUT_MS, maxRetries: 0 })
+  @OnEvent(Slow, { group: 'budget', ordering: 'partition', handlerTimeoutMs: HANDLER_TIMEOUT_MS, maxRetries: 0 })
   async handle(message: EventrailMessage<{ n: number }>): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 700));
     handled.push(message.data.n);
