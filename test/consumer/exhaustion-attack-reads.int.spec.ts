@@ -1,0 +1,160 @@
+import { Injectable, INestApplicationContext } from '@nestjs/common';
+import Redis from 'ioredis';
+import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent, RedisFullError } from '../../lib';
+import { createApp } from '../support/app';
+import { uniquePrefix, waitFor } from '../support/helpers';
+import { RedisServer, startRedisServer } from '../support/redis-server';
+
+const MIB = 1024 * 1024;
+
+/** Sequence numbers handled, per group, in the order the handlers saw them. */
+const seen = new Map<string, number[]>();
+const note = (group: string, n: number): void => void (seen.get(group) ?? seen.set(group, []).get(group)!).push(n);
+const got = (group: string): number[] => seen.get(group) ?? [];
+
+@Injectable()
+class Catcher {
+  @OnEvent(['tiny', 'huge'], 'catcher')
+  handle(message: EventrailMessage<{ n: number }>): void {
+    note('catcher', message.data.n);
+  }
+}
+
+@Injectable()
+class Swinger {
+  @OnEvent(['tiny', 'huge'], { group: 'swinger', ordering: 'key', batch: { maxSize: 50 } })
+  handle(messages: EventrailMessage<{ n: number }>[]): void {
+    for (const message of messages) note('swinger', message.data.n);
+  }
+}
+
+/** `INFO memory` as numbers. */
+async function memory(redis: Redis): Promise<Record<string, number>> {
+  const info = await redis.info('memory');
+  return Object.fromEntries(
+    info
+      .split('\r\n')
+      .map((line) => line.split(':'))
+      .filter(([, value]) => value !== undefined && /^\d+$/.test(value))
+      .map(([key, value]) => [key, Number(value)]),
+  );
+}
+
+const mib = (bytes: number): string => `${(bytes / MIB).toFixed(1)} MiB`;
+
+/**
+ * Reads bounded by bytes, attacked with entries whose sizes change within a
+ * partition: the estimate comes from replies already read, so a read that
+ * crosses from small entries into big ones is sized by the small ones.
+ */
+describe('byte-bounded reads under entries of changing size', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let app: INestApplicationContext | undefined;
+
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+    redis?.disconnect();
+    await server?.stop();
+  });
+
+  // Break: the estimate is the mean of the entries already read, so the read after 150 small entries asks
+  // for batchSize entries and brings every 1 MiB entry behind them in one reply (about 50 MiB, not 4 MiB).
+  // With no output buffer limit (Redis's default) nothing cuts it: used_memory_peak passes the documented
+  // maxmemory (1.3 x the log + one maxReadBytes) and small publishes are refused while the group catches up.
+  // Measured: log 78.6 MiB, maxmemory 106.1 MiB, used_memory_peak 129.2 MiB, 8 of 44 small publishes refused
+  // (the same log of 1 MiB entries alone peaks at about 82 MiB: big-entries.int.spec.ts).
+  it.skip('small entries then 1 MiB ones, no output buffer limit: a read stays near maxReadBytes and maxmemory holds', async () => {
+    server = await startRedisServer(undefined, ['--maxmemory-policy', 'noeviction']);
+    redis = new Redis(server.url);
+    app = await createApp({ redis: server.url, maxPayloadBytes: 64 * MIB, prefix: uniquePrefix('swing'), autoStart: false }, [Catcher]);
+    const publisher = app.get(EventrailPublisher);
+    let n = 0;
+    for (let i = 0; i < 150; i++) await publisher.publish('tiny', { n: n++, pad: 'p'.repeat(1024) });
+    for (let i = 0; i < 60; i++) await publisher.publish('huge', { n: n++, blob: 'x'.repeat(MIB) });
+    const total = n;
+    const before = await memory(redis);
+    // The runbook's rule: 1.3 x what is stored, plus one maxReadBytes per partition worker catching up.
+    const limit = Math.round(1.3 * before.used_memory + 4 * MIB);
+    await redis.config('SET', 'maxmemory', String(limit));
+    await redis.config('RESETSTAT');
+
+    let refused = 0;
+    let published = 0;
+    let catching = true;
+    const smalls = (async () => {
+      while (catching) {
+        await publisher.publish('other', { n: published }).then(
+          () => published++,
+          (error: unknown) => {
+            if (!(error instanceof RedisFullError)) throw error;
+            refused++;
+          },
+        );
+      }
+    })();
+    await app.get(EventrailConsumers).start();
+    try {
+      await waitFor(
+        () => got('catcher').length >= total,
+        () => `${got('catcher').length} of ${total} handled`,
+        60_000,
+      );
+    } finally {
+      catching = false;
+      await smalls;
+    }
+    const peak = (await memory(redis)).used_memory_peak;
+    console.log(
+      `150 x 1 KiB then 60 x 1 MiB: log ${mib(before.used_memory)}, maxmemory ${mib(limit)}, used_memory_peak ${mib(peak)}, ` +
+        `${refused} of ${refused + published} small publishes refused`,
+    );
+    expect(got('catcher')).toEqual([...Array(total).keys()]);
+    expect(refused).toBe(0);
+    expect(peak).toBeLessThan(limit);
+  });
+
+  it('sizes swinging 10 B, 1 KiB, 5 MiB within a partition under a 32 MB output buffer limit: every entry once, in order', async () => {
+    server = await startRedisServer(undefined, ['--client-output-buffer-limit', 'normal 32mb 16mb 60']);
+    redis = new Redis(server.url);
+    const options = { redis: server.url, maxPayloadBytes: 64 * MIB, prefix: uniquePrefix('mixed'), autoStart: false };
+    app = await createApp({ ...options, partitions: 1 }, [Swinger]);
+    const publisher = app.get(EventrailPublisher);
+    // Runs of each size, so each read's estimate is wrong both ways: small after huge, huge after small.
+    const plan: Array<[number, number]> = [
+      [120, 10],
+      [1, 5 * MIB],
+      [80, 1024],
+      [9, 5 * MIB],
+      [200, 10],
+      [3, 5 * MIB],
+      [1, 10],
+      [2, 5 * MIB],
+      [150, 1024],
+    ];
+    let n = 0;
+    for (const [count, bytes] of plan) {
+      for (let i = 0; i < count; i++) {
+        const key = `k${n % 7}`; // the key is n mod 7, so per-key order can be checked from the numbers alone
+        await publisher.publish(bytes > 16 * 1024 ? 'huge' : 'tiny', { n: n++, blob: 'x'.repeat(bytes) }, { key });
+      }
+    }
+    const total = n;
+    const started = performance.now();
+    await app.get(EventrailConsumers).start();
+    await waitFor(
+      () => got('swinger').length >= total,
+      () => `${got('swinger').length} of ${total} handled`,
+      60_000,
+    );
+    console.log(`${total} entries of 10 B to 5 MiB handled in ${(performance.now() - started).toFixed(0)} ms`);
+    const handled = got('swinger');
+    expect([...handled].sort((a, b) => a - b)).toEqual([...Array(total).keys()]);
+    // Per-key order: each key's numbers come in publish order.
+    for (let k = 0; k < 7; k++) {
+      const ofKey = handled.filter((m) => m % 7 === k);
+      expect(ofKey).toEqual([...ofKey].sort((a, b) => a - b));
+    }
+  });
+});
