@@ -24,6 +24,7 @@ export function describeRun(r: RunFigures): string {
     `seed ${r.seed}: ${r.violations.length} violations in ${r.ms} ms; ${r.accepted}/${r.published} accepted, ${r.logEntries} log entries, ` +
     `${r.handlings} handlings (${r.repeatHandlings} repeats), ${r.deadLetters} dead letters (${r.replayed} replayed); faults: ${faults || 'none'}` +
     (r.refusedFull ? `; ${r.refusedFull} events refused by a full Redis` : '') +
+    (Object.keys(r.rejections ?? {}).length ? `; rejected calls: ${JSON.stringify(r.rejections)}` : '') +
     (r.skipped.length ? `\n  skipped: ${r.skipped.join('; ')}` : '')
   );
 }

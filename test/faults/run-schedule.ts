@@ -45,6 +45,8 @@ export interface RunFigures {
   rejected: number;
   /** Events a full Redis refused (the publish rejected with RedisFullError, or a PublishManyError caused by one). */
   refusedFull: number;
+  /** Rejected publish calls by error (`PublishManyError(RedisFullError)`, ...). */
+  rejections: Record<string, number>;
   logEntries: number;
   attempts: number;
   handlings: number;
@@ -245,6 +247,8 @@ class StepRunner {
         return;
       }
       case 'crash-redis': {
+        // A restarted server has no maxmemory (CONFIG SET is not saved): a full Redis ends here.
+        for (const fill of this.state.fills) if (fill.to === 0) fill.to = Date.now();
         const window: Window = { from: Date.now(), to: 0 };
         this.state.outages.push(window);
         await this.server.crashAndRestart(step.downMs);
@@ -306,6 +310,8 @@ class StepRunner {
    * no limit already (CONFIG SET is not saved), and the window ends there for the checks.
    */
   private async fillRedis(index: number, ms: number): Promise<void> {
+    // One at a time: the first to end would lift the other's limit.
+    if (this.state.fills.some((w) => w.to === 0)) return this.skip(index, 'fill-redis', 'Redis is full already');
     try {
       const info = await this.redis.info('memory');
       const used = Number(/used_memory:(\d+)/.exec(info)?.[1]);
@@ -319,9 +325,10 @@ class StepRunner {
     this.state.fills.push(window);
     const pid = this.server.pid;
     this.endAfter(ms, async () => {
+      // On a server restarted meanwhile, the limit is gone already (and the window ended at the crash).
+      if (this.server.pid !== pid) return;
       window.to = Date.now();
-      // On a server restarted meanwhile, the limit is gone already.
-      if (this.server.pid === pid) await this.redis.config('SET', 'maxmemory', '0');
+      await this.redis.config('SET', 'maxmemory', '0');
     });
     this.state.faults['fill-redis']++;
   }
@@ -582,6 +589,10 @@ function figures(schedule: Schedule, state: RunState, record: RunRecord, sampler
     published: state.accepted.length + state.rejected,
     accepted: state.accepted.length,
     rejected: state.rejected,
+    rejections: state.publishes.reduce<Record<string, number>>((tally, c) => {
+      if (c.error) tally[c.error] = (tally[c.error] ?? 0) + 1;
+      return tally;
+    }, {}),
     refusedFull: state.publishes.filter((c) => c.error?.includes('RedisFullError')).reduce((sum, c) => sum + c.refused.length, 0),
     logEntries: record.log.flat().length,
     attempts: record.attempts.length,
