@@ -1,0 +1,164 @@
+/**
+ * A worker killed (SIGKILL, by pid) while it redelivers a parked head: the next owner counts the
+ * redelivery as a delivery, redelivers the head, and the key's later messages follow it in order.
+ * The same file is the worker process (PARKED_ATTACK_CHILD=1): its handler fails while the key is in
+ * `<prefix>:test:down`, waits while `<prefix>:test:hold` exists, and records calls and successes in Redis
+ * so the record survives the kill.
+ */
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import Redis from 'ioredis';
+import type { ChildProcess } from 'node:child_process';
+import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailModule, EventrailPublisher, OnEvent } from '../../lib';
+import { EventrailKeys } from '../../lib/redis/keys';
+import { createApp } from '../support/app';
+import { killQuietly, spawnTypeScript } from '../support/child-processes';
+import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+
+type Data = { key: string; n: number };
+const GROUP = 'crash';
+
+async function child(): Promise<void> {
+  const prefix = process.env.ATTACK_PREFIX!;
+  const url = process.env.ATTACK_REDIS_URL!;
+  const records = new Redis(url);
+
+  @Injectable()
+  class Handler {
+    @OnEvent('account.changed', {
+      group: GROUP,
+      ordering: 'key',
+      lockTtlMs: 1_000,
+      heartbeatTtlMs: 1_000,
+      maxRetries: 0,
+      maxDeliveries: Number(process.env.ATTACK_MAX_DELIVERIES ?? 3),
+      redelivery: { delayMs: 100, factor: 2, maxDelayMs: 200, maxAgeMs: 600_000 },
+    })
+    async handle(message: EventrailMessage<Data>): Promise<void> {
+      const name = `${message.data.key}${message.data.n}`;
+      await records.rpush(`${prefix}:test:calls`, name);
+      while ((await records.exists(`${prefix}:test:hold`)) === 1) await new Promise((resolve) => setTimeout(resolve, 20));
+      if ((await records.sismember(`${prefix}:test:down`, message.data.key)) === 1) throw new Error(`${message.data.key} is down`);
+      await records.rpush(`${prefix}:test:handled`, name);
+    }
+  }
+
+  @Module({ imports: [EventrailModule.forRoot({ redis: url, prefix })], providers: [Handler] })
+  class WorkerModule {}
+
+  const app = await NestFactory.createApplicationContext(WorkerModule, { logger: ['warn', 'error'] });
+  await app.get(EventrailConsumers).whenRunning();
+  process.on('disconnect', () => process.exit(1));
+  process.send?.({ type: 'ready' });
+}
+
+if (process.env.PARKED_ATTACK_CHILD === '1') {
+  child().catch((error: unknown) => {
+    console.error('parked-attack worker failed to start:', error);
+    process.exit(1);
+  });
+} else {
+  describe('parked keys under attack: a worker killed during a redelivery', () => {
+    let redis: Redis;
+    let prefix: string;
+    let keys: EventrailKeys;
+    let children: ChildProcess[] = [];
+    let publisherApp: Awaited<ReturnType<typeof createApp>> | undefined;
+
+    const startWorker = async (maxDeliveries: number): Promise<ChildProcess> => {
+      const worker = spawnTypeScript('test/consumer/parked-attack-crash.e2e.spec.ts', {
+        env: {
+          PARKED_ATTACK_CHILD: '1',
+          ATTACK_PREFIX: prefix,
+          ATTACK_REDIS_URL: testRedisUrl(),
+          ATTACK_MAX_DELIVERIES: String(maxDeliveries),
+        },
+      });
+      children.push(worker);
+      const output: string[] = [];
+      worker.stderr?.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+      await new Promise<void>((resolve, reject) => {
+        worker.once('message', () => resolve());
+        worker.once('exit', (code, signal) => reject(new Error(`worker exited before ready (${code ?? signal}): ${output.join('')}`)));
+      });
+      return worker;
+    };
+    const kill = async (worker: ChildProcess): Promise<void> => {
+      const exited = new Promise((resolve) => worker.once('exit', resolve));
+      killQuietly(worker.pid, 'SIGKILL');
+      await exited;
+    };
+    const publish = (names: string[]) =>
+      publisherApp!
+        .get(EventrailPublisher)
+        .publishMany(names.map((name) => ({ event: 'account.changed', data: { key: name[0], n: Number(name.slice(1)) }, key: name[0] })));
+    const handled = () => redis.lrange(`${prefix}:test:handled`, 0, -1);
+    const calls = () => redis.lrange(`${prefix}:test:calls`, 0, -1);
+    const parkedLine = async (): Promise<{ ids: string[]; c: number } | undefined> => {
+      const value = await redis.hget(keys.recovery(GROUP, 0), 'park:k:A');
+      return value ? (JSON.parse(value) as { ids: string[]; c: number }) : undefined;
+    };
+    /** Holds the handler, lets A's head be redelivered into the hold, and kills the worker there. */
+    const killDuringRedelivery = async (worker: ChildProcess): Promise<void> => {
+      await redis.set(`${prefix}:test:hold`, '1');
+      const before = (await calls()).length;
+      await waitFor(async () => (await calls()).slice(before).includes('A1'), 'a redelivery of A1 running');
+      await waitFor(
+        async () => (await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'))?.includes('"r":1'),
+        'the running redelivery stored',
+      );
+      await kill(worker);
+      await redis.del(`${prefix}:test:hold`);
+    };
+
+    beforeAll(() => {
+      redis = new Redis(testRedisUrl());
+    });
+    beforeEach(async () => {
+      prefix = uniquePrefix('parked-attack-crash');
+      keys = new EventrailKeys(prefix, 1);
+      publisherApp = await createApp({ prefix });
+    });
+    afterEach(async () => {
+      for (const worker of children) killQuietly(worker.pid, 'SIGKILL');
+      children = [];
+      await publisherApp?.close();
+      await deletePrefix(redis, prefix);
+    });
+    afterAll(() => redis.disconnect());
+
+    it('the next owner redelivers the head and the later messages of its key in order', async () => {
+      const first = await startWorker(3);
+      await redis.sadd(`${prefix}:test:down`, 'A');
+      await publish(['A1', 'B1', 'A2']);
+      await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 2, 'A1, A2 parked; B1 handled');
+      await redis.srem(`${prefix}:test:down`, 'A');
+      await killDuringRedelivery(first);
+
+      await startWorker(3);
+      await publish(['A3', 'B2']);
+      await waitFor(async () => (await handled()).filter((n) => n.startsWith('A')).length === 3, 'A handled', 30_000);
+      expect((await handled()).filter((n) => n.startsWith('A'))).toEqual(['A1', 'A2', 'A3']);
+      await waitFor(async () => (await parkedLine()) === undefined, 'the line released');
+      expect(await publisherApp!.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
+    }, 60_000);
+
+    it('with maxDeliveries 2, two kills during redeliveries dead-letter the head (max-deliveries) and the next message goes on', async () => {
+      let worker = await startWorker(2);
+      await redis.sadd(`${prefix}:test:down`, 'A');
+      await publish(['A1', 'B1', 'A2']);
+      await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 2, 'A1, A2 parked; B1 handled');
+      await redis.srem(`${prefix}:test:down`, 'A');
+      await killDuringRedelivery(worker);
+      worker = await startWorker(2);
+      await killDuringRedelivery(worker);
+      await startWorker(2);
+      const admin = publisherApp!.get(EventrailAdmin);
+      await waitFor(async () => (await handled()).includes('A2'), 'A2 handled', 30_000);
+      const letters = await admin.deadLetters(GROUP);
+      expect(letters.map((l) => [l.key, (l.data as Data).n, l.reason])).toEqual([['A', 1, 'max-deliveries']]);
+      expect((await handled()).filter((n) => n.startsWith('A'))).toEqual(['A2']);
+    }, 60_000);
+  });
+}
