@@ -64,6 +64,22 @@ class SlowTiers {
   }
 }
 
+@Injectable()
+class Concurrent {
+  @OnEvent('account.changed', { group: 'edges', ordering: 'key', concurrency: 8, ...TIERS })
+  handle(message: EventrailMessage<Data>): Promise<void> {
+    return dependency.call(message);
+  }
+}
+
+@Injectable()
+class BudgetByAge {
+  @OnEvent('account.changed', { group: 'edges', ordering: 'key', ...TIERS, redelivery: undefined, maxRetryAgeMs: 400 })
+  handle(message: EventrailMessage<Data>): Promise<void> {
+    return dependency.call(message);
+  }
+}
+
 describe('parked keys under attack: odd settings and races', () => {
   let redis: Redis;
   let prefix: string;
@@ -218,5 +234,34 @@ describe('parked keys under attack: odd settings and races', () => {
     dependency.failures.clear();
     await admin.retryParked('edges');
     await waitFor(() => handledOf('A').length === 1 && handledOf('C').length === 1, 'A2 and C1 handled');
+  });
+
+  it('concurrency 8: a slow head that fails in a fetch holds back the later messages of its key read in the same batch', async () => {
+    await start(Concurrent);
+    for (const key of ['A', 'C', 'D']) {
+      dependency.failures.set(`${key}1`, 1);
+      dependency.slowMs.set(`${key}1`, 150);
+    }
+    await publish(['A', 'B', 'C', 'D'].flatMap((key) => [1, 2, 3].map((n) => [key, n] as [string, number])));
+    await waitFor(
+      () => dependency.handled.length === 12,
+      () => `all handled (${dependency.handled.join(',')})`,
+    );
+    for (const key of ['A', 'B', 'C', 'D']) expect(handledOf(key)).toEqual([`${key}1`, `${key}2`, `${key}3`]);
+    for (const key of ['A', 'C', 'D']) expect(dependency.calls.indexOf(`${key}2`)).toBeGreaterThan(dependency.calls.lastIndexOf(`${key}1`));
+  });
+
+  it('maxRetryAgeMs set alone with ordering key bounds how long a parked head may fail', async () => {
+    await start(BudgetByAge);
+    dependency.failures.set('A1', Infinity);
+    const t = Date.now();
+    await publish([
+      ['A', 1],
+      ['A', 2],
+    ]);
+    await waitFor(() => handledOf('A').includes('A2'), 'A2 handled after A1 is given up', 10_000);
+    expect(Date.now() - t).toBeLessThan(5_000);
+    const letters = await app!.get(EventrailAdmin).deadLetters('edges');
+    expect(letters.map((l) => l.reason)).toEqual(['retries-exhausted']);
   });
 });
