@@ -182,4 +182,29 @@ describe('parked keys under attack: a change of ordering while a key keeps faili
     await waitFor(() => handledOf('A').length === 2, 'A1 and A2 handled after the operator retry');
     expect(handledOf('A')).toEqual(['A1', 'A2']);
   });
+
+  // Held: 'key' and 'partition' members taking the partition from one another four times, gracefully,
+  // while A keeps failing and more of A arrives.
+  it("'key' <-> 'partition' flip-flopping while a key keeps failing: its messages are first handled in order, none lost, one line", async () => {
+    let member = await start(ByKey);
+    dependency.down.add('A');
+    await publish(member, ['A1', 'B1']);
+    await waitFor(async () => handledOf('B').length === 1 && (await parkedFields()).length === 1, 'A1 parked, B1 handled');
+    const sequence = [ByPartition, ByKey, ByPartition, ByKey];
+    for (const [i, Next] of sequence.entries()) {
+      await stop(member);
+      member = await start(Next);
+      await publish(member, [`A${i + 2}`, `B${i + 2}`]);
+      await waitFor(() => handledOf('B').length === i + 2, `B${i + 2} handled`);
+      await waitFor(
+        async () => dependency.calls.filter((c) => c.startsWith('A')).length > 0 && (await parkedFields()).length === 1,
+        'one line',
+      );
+    }
+    dependency.down.delete('A');
+    await waitFor(() => new Set(handledOf('A')).size === 5, 'A handled once back');
+    expect([...new Set(handledOf('A'))]).toEqual(['A1', 'A2', 'A3', 'A4', 'A5']);
+    await waitFor(async () => (await parkedFields()).length === 0, 'the line released');
+    expect(await member.get(EventrailAdmin).deadLetterCount('deploy')).toBe(0);
+  });
 });
