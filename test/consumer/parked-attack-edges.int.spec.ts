@@ -80,6 +80,24 @@ class BudgetByAge {
   }
 }
 
+/** All or nothing, as a transaction would be: a batch with a failing message records nothing. */
+@Injectable()
+class BatchByKey {
+  @OnEvent('account.changed', { group: 'edges', ordering: 'key', batch: { maxSize: 10 }, ...TIERS })
+  async handle(messages: EventrailMessage<Data>[]): Promise<void> {
+    for (const message of messages) {
+      const name = `${message.data.key ?? '-'}${message.data.n}`;
+      dependency.calls.push(name);
+      const left = dependency.failures.get(name) ?? 0;
+      if (left > 0) {
+        dependency.failures.set(name, left - 1);
+        throw new Error(`${name} fails`);
+      }
+    }
+    for (const message of messages) dependency.handled.push(`${message.data.key ?? '-'}${message.data.n}`);
+  }
+}
+
 describe('parked keys under attack: odd settings and races', () => {
   let redis: Redis;
   let prefix: string;
@@ -194,8 +212,12 @@ describe('parked keys under attack: odd settings and races', () => {
     await waitFor(async () => (await admin.parkedKeys('edges')).length === names.length, 'every key parked');
     await admin.retryParked('edges');
     // Each head's redelivery is running now (300 ms, then success): give every key up meanwhile.
-    await waitFor(() => names.every((key) => callsOf(`${key}1`) === 2), 'every head redelivered');
-    for (const key of names) await admin.giveUpParked('edges', { key });
+    const racing: Array<Promise<number>> = [];
+    for (const key of names) {
+      await waitFor(() => callsOf(`${key}1`) === 2, `a redelivery of ${key}1 running`, 20_000, 5);
+      racing.push(admin.giveUpParked('edges', { key }));
+    }
+    await Promise.all(racing);
     await waitFor(() => names.every((key) => handledOf(key).includes(`${key}2`)), 'every second message handled');
     await waitFor(async () => Object.keys(await parkedFields()).length === 0, 'no line left');
     const letters = await admin.deadLetters('edges');
@@ -263,5 +285,26 @@ describe('parked keys under attack: odd settings and races', () => {
     expect(Date.now() - t).toBeLessThan(5_000);
     const letters = await app!.get(EventrailAdmin).deadLetters('edges');
     expect(letters.map((l) => l.reason)).toEqual(['retries-exhausted']);
+  });
+
+  it('batch handlers with idempotency: a failing message parks its key alone, an id published twice is handled once, each key in order', async () => {
+    await start(BatchByKey, { consumer: { enableIdempotency: true } });
+    dependency.failures.set('A2', 3);
+    const ids = ['0190f1d2-3c4b-7a89-8b12-0000000000a1', '0190f1d2-3c4b-7a89-8b12-0000000000a2'];
+    const names = ['A', 'B', 'C'].flatMap((key) => [1, 2, 3, 4].map((n) => [key, n] as [string, number]));
+    await publish(
+      names,
+      names.map(([key, n]) =>
+        key === 'A' && n <= 2 ? ids[n - 1] : `0190f1d2-3c4b-7a89-8b12-${String(key.charCodeAt(0)).padStart(10, '0')}0${n}`,
+      ),
+    );
+    // A2 again, with its id, while A is parked.
+    await waitFor(async () => Object.keys(await parkedFields()).length === 1, 'A parked');
+    await publish([['A', 2]], [ids[1]]);
+    await waitFor(() => handledOf('A').length >= 4 && handledOf('B').length === 4 && handledOf('C').length === 4, 'all handled');
+    await waitFor(async () => Object.keys(await parkedFields()).length === 0, 'no line left');
+    expect(handledOf('A')).toEqual(['A1', 'A2', 'A3', 'A4']);
+    expect(handledOf('B')).toEqual(['B1', 'B2', 'B3', 'B4']);
+    expect(handledOf('C')).toEqual(['C1', 'C2', 'C3', 'C4']);
   });
 });
