@@ -246,8 +246,16 @@ export const PARTITION_IN_PLACE_DEFAULTS = Object.freeze({ maxRetries: 5, retryB
 type InPlaceOption = keyof typeof PARTITION_IN_PLACE_DEFAULTS;
 const IN_PLACE_OPTIONS = Object.keys(PARTITION_IN_PLACE_DEFAULTS) as InPlaceOption[];
 
-/** The in-place options set by the user at some level of a resolved options object (the defaults differ by `ordering`). */
-const explicitInPlace = new WeakMap<ResolvedConsumerOptions, ReadonlySet<InPlaceOption>>();
+/** What the user set at some level of a resolved options object, where the defaults depend on it (they differ by `ordering`). */
+interface Given {
+  /** The retry options set. */
+  inPlace: ReadonlySet<InPlaceOption>;
+  /** The count lifted by a time budget given without one (see `maxRetries`), at the most specific level that set either. */
+  lifted: boolean;
+  /** `redelivery.maxAgeMs` set at a level no less specific than the last `maxRetryAgeMs`. */
+  maxAgeMs: boolean;
+}
+const givenOf = new WeakMap<ResolvedConsumerOptions, Given>();
 
 /** Defaults of `batch` in `@OnEvent` options (see `BatchOptions`). */
 export const DEFAULT_BATCH_OPTIONS: Readonly<Required<BatchOptions>> = Object.freeze({ maxSize: 100, maxWaitMs: 0 });
@@ -292,13 +300,15 @@ export function resolveConsumerOptions(
   if (!ORDERINGS.includes(merged.ordering)) {
     throw new InvalidOptionError(`${path}.ordering`, merged.ordering, `one of ${ORDERINGS.map((o) => `'${o}'`).join(', ')}`);
   }
-  const explicit = new Set(explicitInPlace.get(base));
+  const inherited = givenOf.get(base);
+  const explicit = new Set(inherited?.inPlace);
   for (const key of IN_PLACE_OPTIONS) if (overrides[key] !== undefined) explicit.add(key);
   // A time budget given without a count: the count no longer limits (see `maxRetries`).
-  if (overrides.maxRetryAgeMs !== undefined && overrides.maxRetries === undefined && overrides.maxRetryAgeMs !== 0) {
-    merged.maxRetries = Number.POSITIVE_INFINITY;
-    explicit.add('maxRetries');
-  }
+  let lifted = overrides.maxRetries === undefined && (inherited?.lifted ?? false);
+  if (overrides.maxRetryAgeMs !== undefined && overrides.maxRetries === undefined && overrides.maxRetryAgeMs !== 0) lifted = true;
+  if (lifted) merged.maxRetries = Number.POSITIVE_INFINITY;
+  const maxAgeGiven =
+    overrides.redelivery?.maxAgeMs !== undefined || ((inherited?.maxAgeMs ?? false) && overrides.maxRetryAgeMs === undefined);
   checkInteger(`${path}.concurrency`, merged.concurrency, 1, 10_000);
   checkInteger(`${path}.batchSize`, merged.batchSize, 1, 10_000);
   checkBoolean(`${path}.packedBacklogReads`, merged.packedBacklogReads);
@@ -320,16 +330,19 @@ export function resolveConsumerOptions(
   validateInitialOffset(`${path}.initialOffset`, merged.initialOffset);
   // The retry options mean retries in place with 'partition', the quick tiers of a parked message otherwise.
   for (const key of IN_PLACE_OPTIONS) {
-    if (!explicit.has(key)) merged[key] = merged.ordering === 'partition' ? PARTITION_IN_PLACE_DEFAULTS[key] : DEFAULT_CONSUMER_OPTIONS[key];
+    if (!explicit.has(key))
+      merged[key] = merged.ordering === 'partition' ? PARTITION_IN_PLACE_DEFAULTS[key] : DEFAULT_CONSUMER_OPTIONS[key];
   }
-  if (merged.ordering !== 'partition') {
-    if (!Number.isFinite(merged.maxRetries)) merged.maxRetries = DEFAULT_CONSUMER_OPTIONS.maxRetries;
+  if (merged.ordering === 'partition') {
+    if (lifted) merged.maxRetries = Number.POSITIVE_INFINITY;
+  } else {
+    // No retry in place: a lifted count leaves the quick tiers at their default.
+    if (lifted || !Number.isFinite(merged.maxRetries)) merged.maxRetries = DEFAULT_CONSUMER_OPTIONS.maxRetries;
     // Retry by time, where a parked stage follows: how long a parked message may fail, unless that is set itself.
-    if (overrides.maxRetryAgeMs && overrides.redelivery?.maxAgeMs === undefined) {
-      merged.redelivery = Object.freeze({ ...merged.redelivery, maxAgeMs: overrides.maxRetryAgeMs });
-    }
+    if (merged.maxRetryAgeMs > 0 && !maxAgeGiven)
+      merged.redelivery = Object.freeze({ ...merged.redelivery, maxAgeMs: merged.maxRetryAgeMs });
   }
-  explicitInPlace.set(merged, explicit);
+  givenOf.set(merged, { inPlace: explicit, lifted, maxAgeMs: maxAgeGiven });
   return merged;
 }
 

@@ -120,6 +120,24 @@ describe('maxRetryAgeMs resolution', () => {
     expect(resolved).toMatchObject({ maxRetries: 2, maxRetryAgeMs: 600_000, redelivery: { maxAgeMs: 120_000 } });
   });
 
+  it('a time budget set module-wide follows each group to its own ordering', () => {
+    const consumer = resolveConsumerOptions('consumer', { maxRetryAgeMs: 3_600_000 }, DEFAULT_CONSUMER_OPTIONS);
+    // Under 'partition' the lifted count applies again: retry by time alone, for the hour.
+    expect(resolveConsumerOptions('groups.ledger', { ordering: 'partition' }, consumer)).toMatchObject({
+      maxRetries: Number.POSITIVE_INFINITY,
+      maxRetryAgeMs: 3_600_000,
+      retryBackoffMs: 1_000,
+    });
+    const partition = resolveConsumerOptions('consumer', { ordering: 'partition', maxRetryAgeMs: 600_000 }, DEFAULT_CONSUMER_OPTIONS);
+    expect(resolveConsumerOptions('groups.orders', { ordering: 'key' }, partition)).toMatchObject({
+      maxRetries: 2,
+      redelivery: { maxAgeMs: 600_000 },
+    });
+    // A count or a parked budget set more specifically wins.
+    expect(resolveConsumerOptions('groups.ledger', { ordering: 'partition', maxRetries: 3 }, consumer).maxRetries).toBe(3);
+    expect(resolveConsumerOptions('groups.orders', { redelivery: { maxAgeMs: 60_000 } }, partition).redelivery.maxAgeMs).toBe(60_000);
+  });
+
   it('refuses a value that is not a whole number of milliseconds, naming the option', () => {
     expect(() => resolveConsumerOptions('groups.ledger', { maxRetryAgeMs: -1 }, DEFAULT_CONSUMER_OPTIONS)).toThrow(InvalidOptionError);
     expect(() => resolveConsumerOptions('groups.ledger', { maxRetryAgeMs: 1.5 }, DEFAULT_CONSUMER_OPTIONS)).toThrow(
