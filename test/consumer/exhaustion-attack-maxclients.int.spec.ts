@@ -151,7 +151,7 @@ describe('three members at Redis maxclients', () => {
     const waitingRate = await commandsPerSecond(3_000);
     const rejectedPerSecond = ((await stat('stats', 'rejected_connections')) - rejectedBefore) / 3;
     console.log(
-      `while partitions wait at maxclients: ${waitingRate.toFixed(1)} commands/s, ${rejectedPerSecond.toFixed(1)} refused connections/s; ` +
+      `at maxclients after the join: ${waitingRate.toFixed(1)} commands/s, ${rejectedPerSecond.toFixed(1)} refused connections/s; ` +
         `connected_clients ${await stat('clients', 'connected_clients')}, leases ${table(await admin.group('mailer'))}`,
     );
     // Retrying every lockTtlMs is about one connection a second per waiting partition, not a spin.
@@ -166,7 +166,7 @@ describe('three members at Redis maxclients', () => {
     await waitFor(async () => (await health(a.app)).status === 'up', 'health up once every partition is read');
     // Caught up with room: idle members wait in blocking reads; renewals and heartbeats scale with 1 / lockTtlMs.
     const idle = await commandsPerSecond(5_000);
-    console.log(`commands/s, three idle members with six partitions: ${idle.toFixed(1)} (${waitingRate.toFixed(1)} while waiting)`);
+    console.log(`commands/s, three idle members with six partitions: ${idle.toFixed(1)} (${waitingRate.toFixed(1)} at maxclients)`);
     expect(waitingRate).toBeLessThan(idle * 1.5 + 5);
   });
 
