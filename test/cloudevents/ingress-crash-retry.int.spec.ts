@@ -70,9 +70,10 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
         probe.disconnect();
       }
     };
-    // The kill has to land while the batch is being appended. On a fast host the rest of the batch can go in between
-    // the watcher's read and the kill; that round then proves nothing, so the scenario runs again with new CloudEvent
-    // ids (the earlier round's entries stay in the log and are not counted).
+    // The kill has to land while the batch is being appended: the server is frozen (SIGSTOP) as soon as the watcher
+    // sees the first entries, then killed. Should the rest of the batch still go in between the watcher's read and
+    // the freeze, that round proves nothing, and the scenario runs again with new CloudEvent ids (the earlier
+    // round's entries stay in the log and are not counted).
     let batch: Array<{ id: string }> = [];
     let body = '';
     let before = 0;
@@ -90,10 +91,15 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
       const start = await entriesNow(server.url);
       const watcher = new Redis(server.url, { maxRetriesPerRequest: 0, retryStrategy: () => null });
       const cut = post(port, body);
+      const pid = server.pid;
       await waitFor(
         async () => {
-          before = -start;
-          for (let p = 0; p < PARTITIONS; p++) before += await watcher.xlen(keys.stream(p));
+          const pipeline = watcher.pipeline();
+          for (let p = 0; p < PARTITIONS; p++) pipeline.xlen(keys.stream(p));
+          const lengths = (await pipeline.exec()) ?? [];
+          before = lengths.reduce((sum, [, n]) => sum + Number(n), -start);
+          // Frozen at once, so the rest of the batch cannot go in before the kill.
+          if (before > 0) process.kill(pid, 'SIGSTOP');
           return before > 0;
         },
         'the first entries of the batch',
