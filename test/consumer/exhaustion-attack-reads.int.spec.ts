@@ -217,7 +217,9 @@ describe('byte-bounded reads under entries of changing size', () => {
   // (only the entry count doubles back, up to that ceiling): after one restart under a read of 3 entries of
   // 1 MiB, the worker logs 'reading at most 1 entries (1.5 MiB) at a time now' and reads 1 entry a read for as
   // long as it holds the partition. Measured: up to 3 entries a read before the restart; 106 reads after it, 40 of
-  // them over entries published later, every one COUNT 1.
+  // them over entries published later, every one COUNT 1. Since then the lowered ceiling holds for a minute
+  // (CEILING_HOLD_MS in partition-reader.ts); this test publishes again at once, so it stays skipped until it can
+  // wait that minute out without slowing the suite.
   it.skip('a Redis restart under reads of 1 MiB entries lowers the entries per read for a while, not for good', async () => {
     const warn = jest.spyOn(Logger.prototype, 'warn');
     const args = ['--dir', mkdtempSync(join(tmpdir(), 'eventrail-attack-')), '--appendonly', 'yes', '--appendfsync', 'always'];

@@ -26,6 +26,11 @@ export const PACKED_MAX_ENTRY_BYTES = 16 * 1024;
  * of small entries nothing.
  */
 const LEAST_CEILING_BYTES = 1024 * 1024;
+/**
+ * How long a lowered byte ceiling holds. A restart or a failover of Redis under a read looks like a cut
+ * too; after this long the reader asks for `maxReadBytes` again (a real limit then cuts one read more).
+ */
+const CEILING_HOLD_MS = 60_000;
 
 /** Between two attempts at an entry that no read brings (each attempt makes Redis buffer the entry again). */
 export const STUCK_RETRY_MS = 5_000;
@@ -100,6 +105,8 @@ export class PartitionReader {
   /** The entry after this offset is too big for any read: attempts are spaced, and it was logged. */
   private stuck?: { after: string; logged: boolean };
   private warned = false;
+  /** When the byte ceiling was last lowered (performance.now()), while it is. */
+  private loweredAt?: number;
 
   constructor(
     private readonly stream: string,
@@ -154,6 +161,10 @@ export class PartitionReader {
 
   /** At most `count`, and at most what fits in the byte ceiling at the estimated size (never less than one). */
   private capped(count: number): number {
+    if (this.loweredAt !== undefined && performance.now() - this.loweredAt >= CEILING_HOLD_MS) {
+      this.ceiling = this.options.maxReadBytes;
+      this.loweredAt = undefined;
+    }
     return Math.max(1, Math.min(count, this.limit, Math.floor(this.ceiling / this.perEntry!)));
   }
 
@@ -237,6 +248,7 @@ export class PartitionReader {
     // A small read cut is a connection that closed for another reason: nothing to learn.
     if (cutBytes < LEAST_CEILING_BYTES) return;
     this.ceiling = Math.min(this.ceiling, Math.max(LEAST_CEILING_BYTES, cutBytes / 2));
+    this.loweredAt = performance.now();
     if (this.warned) return;
     this.warned = true;
     const { group } = this.options;
@@ -244,7 +256,7 @@ export class PartitionReader {
     const text =
       `Group "${group}" partition ${partition}: Redis closed the connection during a read of ${cut.count} entries ` +
       `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.capped(Number.MAX_SAFE_INTEGER)} ` +
-      `entries (${size(this.ceiling)}) at a time now. If its client-output-buffer-limit for normal clients closed it ` +
+      `entries (${size(this.ceiling)}) at a time for a minute. If its client-output-buffer-limit for normal clients closed it ` +
       `(Redis logs "overcoming of output buffer limits"; a restart or a failover closes connections too), ` +
       `keep that limit above maxReadBytes (${size(this.options.maxReadBytes)})`;
     this.logger.warn(logRecord(text, { group, partition, cutEntries: cut.count, entryBytes: Math.round(this.perEntry!) }));
