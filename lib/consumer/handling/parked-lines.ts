@@ -251,11 +251,19 @@ export class ParkedLines {
     }
   }
 
-  /** Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called once, after `load`. */
-  countCrashes(): void {
+  /**
+   * Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called
+   * once, after `load`. A head in `spared` (its last call under this process's lapsed lease ended, so
+   * the stall was not its doing) is cleared instead.
+   */
+  countCrashes(spared: ReadonlySet<string> = NONE): void {
     for (const [line, state] of this.lines) {
       if (state.r !== 1) continue;
       state.r = 0;
+      if (spared.has(state.ids[0])) {
+        this.changed.set(line, state);
+        continue;
+      }
       state.c++;
       state.n = 0;
       this.changed.set(line, state);
@@ -406,3 +414,5 @@ export function parseLine(value: string): ParkedLineState | undefined {
   if (typeof s.d === 'number' && Number.isInteger(s.d) && s.d >= 0) state.d = s.d;
   return state;
 }
+
+const NONE: ReadonlySet<string> = new Set();

@@ -72,8 +72,11 @@ export class GroupConsumer {
   /** The gaps last reported by `reportStalled` ('' while some member is able). */
   private stalled = '';
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
-  /** The last lease token this process held per partition: a lease it takes right after its own lapsed is no crash. */
-  private readonly lastTokens = new Map<number, string>();
+  /**
+   * The last lease this process held per partition, with the offsets whose failed calls ended under it:
+   * a lease taken right after its own lapsed counts deliveries only for the entries that made no progress.
+   */
+  private readonly lastHeld = new Map<number, { token: string; spared: ReadonlySet<string> }>();
   /**
    * Partitions whose lease this process gave back because it could not open their read connection
    * (Redis at `maxclients`): why, and when (performance.now()) it tries them again.
@@ -504,17 +507,20 @@ export class GroupConsumer {
       this.logger.log(logRecord(msg, { group: this.name, partition }));
       this.reportUnread();
     }
-    // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died
-    // handling the entry after the offset, so no delivery is counted. Another holder between, or another
-    // process (an earlier run of this one too), did not release it: that is counted.
-    const resumed = recovering && followsOwnLease(this.lastTokens.get(partition), lease.token);
-    this.lastTokens.set(partition, lease.token);
+    // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died.
+    // An entry whose failed calls ended under that lease was making progress, so the stall was not its
+    // doing and no delivery is counted for it; one whose every call outlived the lease (a handler that
+    // blocks the event loop past lockTtlMs) is counted as after a crash, so maxDeliveries still bounds it.
+    // Another holder between, or another process (an earlier run of this one too): everything is counted.
+    const previous = this.lastHeld.get(partition);
+    const resumed = recovering && previous !== undefined && followsOwnLease(previous.token, lease.token);
     const crashed = recovering && !resumed;
     const parking = this.parkingFor(partition);
     const worker = new PartitionWorker({
       lease,
       committed,
-      recovering: crashed,
+      recovering,
+      spared: resumed ? previous.spared : undefined,
       stats: this.stats,
       metrics: this.metrics,
       redis: this.redis,
@@ -526,12 +532,14 @@ export class GroupConsumer {
       connection,
     });
     this.workers.set(partition, worker);
+    this.lastHeld.set(partition, { token: lease.token, spared: worker.endedWhileHeld });
     worker.start((ended) => this.onWorkerEnd(ended));
     this.metrics.emit('onLeaseAcquired', this.name, partition);
     const how = crashed
       ? ' from a worker that did not release it (recovering one entry at a time, counting deliveries)'
       : resumed
-        ? ' again after its own lease lapsed (this process stalled past lockTtlMs or lost Redis; not counted as a crash)'
+        ? ' again after its own lease lapsed (this process stalled past lockTtlMs or lost Redis; ' +
+          'deliveries are counted only for entries whose handler calls all outlived the lease)'
         : '';
     const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
     this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering: crashed, resumed }));
