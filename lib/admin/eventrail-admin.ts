@@ -110,8 +110,9 @@ export class EventrailAdmin {
    * Moves a group's committed offsets to the start or end of the log, to an
    * entry id (that entry is handled next) or a time (the first entry at or
    * after it is handled next). Refuses while the group has live members unless
-   * `force`, and then fences them: their leases are removed, so none can commit
-   * over the reset; they take the partitions again from the new offsets.
+   * `force`, and then fences them: their leases are revoked (see
+   * revoke-lease.lua), so none can commit over the reset; they take the
+   * partitions again from the new offsets once their running handlers end.
    * Idempotency marks of the group are cleared, so the entries are handled
    * again. `dryRun` reports the changes without making them.
    */
@@ -135,7 +136,7 @@ export class EventrailAdmin {
         const counted = typeof to === 'object' ? await countToEnd(client, keys.stream(partition), target) : undefined;
         await this.redis.scripts.resetOffset({ group, partition, to: target, counted });
       }
-      // Running workers find their leases gone now rather than at their next renewal.
+      // Running workers find their leases revoked now rather than at their next renewal.
       await this.rebalance.announce(group);
     }
     return { group, dryRun, partitions: changes };

@@ -4,6 +4,9 @@ import { join } from 'node:path';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { LeanScript } from './lean-command';
 
+/** readBacklog-1.lua's answer, read as Buffers: the packed entries, the biggest entry's size, the left-out entry's size. */
+export type ReadBacklogReply = [packed: Buffer, largest: number, left: number];
+
 /**
  * Commands eventrail adds to a client, one per Lua file named
  * `<verbNoun>-<numberOfKeys>.lua` (`-n`: the caller gives the number of keys
@@ -82,8 +85,8 @@ export interface EventrailCommands {
   eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
-  /** The entries after `after`, at most `count`, as the MessagePack of XRANGE's answer (readBacklog-1.lua); read as a Buffer. */
-  eventrailReadBacklogBuffer(stream: string, after: string, count: number): Promise<Buffer>;
+  /** The entries after `after`, at most `count` and `maxBytes`, as the MessagePack of XRANGE's answer, with the sizes of the biggest and of the one left out (readBacklog-1.lua); read as Buffers. */
+  eventrailReadBacklogBuffer(stream: string, after: string, count: number, maxBytes: number): Promise<ReadBacklogReply>;
   /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
   eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
@@ -155,7 +158,7 @@ let sources: Array<{ name: string; numberOfKeys: number; lua: string; sha: strin
  * `--@include <name>` is replaced with `<name>.lua` from this folder, once,
  * before the script is registered, so the SHA covers the pasted text.
  */
-const INCLUDE = /^--@include ([a-z-]+)$/m;
+const INCLUDE = /^--@include ([a-z-]+)$/gm;
 
 function withIncludes(lua: string): string {
   return lua.replace(INCLUDE, (_, name: string) => readFileSync(join(__dirname, 'scripts', `${name}.lua`), 'utf8'));

@@ -216,6 +216,8 @@ export class PartitionLease {
   /**
    * Gives the lease back so another worker can take the partition at once,
    * and records the epoch as ended cleanly (the next owner counts no crash).
+   * Clears the lease if an operator revoked it from this worker (see
+   * revoke-lease.lua): call it then only once no handler it started runs.
    * Does nothing when the lease is no longer this worker's.
    */
   async release(): Promise<void> {

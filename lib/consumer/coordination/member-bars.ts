@@ -6,7 +6,7 @@ import type { EventrailRedis } from '../../redis/eventrail-redis';
  * lacks; until then (a tick, or longer when the rebalance signal is lost) it
  * would commit past events a newer member handles. So every member that sees
  * the gap bars the lacking ones from every partition (barMembers-2.lua): their
- * leases are taken back at once, fencing their next commit, and they cannot
+ * leases are revoked at once (revoke-lease.lua), fencing their next commit, and they cannot
  * take a partition again while the bar holds. Bars are renewed every tick
  * while the gap lasts, and lifted when this member sees it close.
  */

@@ -255,7 +255,7 @@ export class PartitionWorker {
       return;
     }
     // A connection that looks ready may not answer (a network cut that closed nothing): the wait is bounded.
-    const outcome = await new StopDeadline(SHUTDOWN_REDIS_WAIT_MS).within(this.commitAndRelease());
+    const outcome = await new StopDeadline(SHUTDOWN_REDIS_WAIT_MS).within(this.commitAndRelease(finished));
     if (outcome !== 'late') return;
     this.leaving = true;
     this.commits.cancel();
@@ -263,11 +263,18 @@ export class PartitionWorker {
     this.logger.warn(this.record(msg));
   }
 
-  /** The last commit (what is done, and the parked lines' changes) and the lease's release. */
-  private async commitAndRelease(): Promise<void> {
+  /**
+   * The last commit (what is done, and the parked lines' changes) and the lease's release. A lost
+   * lease is not this worker's to commit with; if an operator revoked it, it is cleared once every
+   * handler this worker started has ended (`handlersEnded`), so the next owner can start at once.
+   */
+  private async commitAndRelease(handlersEnded: boolean): Promise<void> {
     try {
       await this.commits.flush();
-      if (this.lost) return;
+      if (this.lost) {
+        if (handlersEnded) await this.params.lease.release();
+        return;
+      }
       // Redeliveries cut off by the shutdown timeout are not crashes: the release below is clean.
       this.parking?.lines.clearRunning();
       const mark = this.current?.watermark();

@@ -31,6 +31,8 @@
   worker that is no live member is not: it may have crashed.
 ]]
 local rcall = redis.call
+--@include revoke-lease
+
 local time = rcall("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[1])
@@ -61,17 +63,18 @@ for i = 1, #fields, 2 do
 end
 
 local token = rcall("GET", KEYS[1])
-if token then
+-- A lease revoked already (revoke-lease.lua) waits for its holder to clear it, or for its TTL.
+if token and string.sub(token, 1, 8) ~= "revoked:" then
   local holder, epoch = string.match(token, "^(.*):(%d+)$")
   if holder and barred[holder] then
     rcall("HSET", KEYS[2], "released", epoch)
-    rcall("DEL", KEYS[1])
+    revokeLease(KEYS[1])
     return 1
   end
   if holder and able and not able[holder] then
     -- Not marked released: the holder may have crashed (its heartbeat lapsed), so the next owner
     -- recovers and counts deliveries, as after a lease that expired.
-    rcall("DEL", KEYS[1])
+    revokeLease(KEYS[1])
     return 1
   end
 end

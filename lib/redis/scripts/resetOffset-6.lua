@@ -1,8 +1,8 @@
 --[[
   Sets a group's committed offset in a partition, fencing whoever works it:
-  the lease is removed and the epoch bumped, so a running worker's next commit
-  or renewal fails and it drops the partition, then takes it again from the
-  new offset. Recorded as a clean release, so no crash is counted. The
+  the lease is revoked (see revokeLease) and the epoch bumped, so a running
+  worker's next commit or renewal fails and it drops the partition, then
+  takes it again from the new offset. Recorded as a clean release, so no crash is counted. The
   group's idempotency marks in the partition go too: a reset asks for the
   entries to be handled again. So do its parked lines (and their floor): the
   entries they held are handled again from the new offset, like the rest. The new offset's lag position (see
@@ -32,6 +32,8 @@
 local rcall = redis.call
 --@include stream-position
 
+--@include revoke-lease
+
 -- With a count: entries-added numbers every append, so the entry that was
 -- last when the caller began counting keeps that number; the new offset sits
 -- `count` below it, as long as nothing after the new offset was removed since
@@ -60,6 +62,6 @@ for i = 1, #fields, 2 do
   if string.sub(fields[i], 1, 5) == "park:" then rcall("HDEL", KEYS[4], fields[i]) end
 end
 rcall("DEL", KEYS[5])
-rcall("DEL", KEYS[1])
+revokeLease(KEYS[1])
 rcall("SET", KEYS[2], ARGV[1])
 return previous
