@@ -1,11 +1,16 @@
 import { EventrailError } from './eventrail.error';
 
-/** Recorded in a dead letter of reason `max-deliveries`: the entry crashed every worker that took it, too often. */
+/**
+ * Recorded in a dead letter of reason `max-deliveries`: the entry was started too often by workers that
+ * never finished it: they crashed, or their handler blocked the event loop past `lockTtlMs` every time.
+ */
 export class CrashLoopError extends EventrailError {
   constructor(
     readonly deliveries: number,
     readonly maxDeliveries: number,
   ) {
-    super(`delivered ${deliveries} times to workers that died before finishing it (maxDeliveries ${maxDeliveries})`);
+    super(
+      `delivered ${deliveries} times to workers that did not finish it (they crashed, or its handler outlived lockTtlMs) (maxDeliveries ${maxDeliveries})`,
+    );
   }
 }
