@@ -58,7 +58,8 @@ export interface ConsumerOptions {
   /**
    * While a partition is behind (a read came back full), read its next batches with a script that packs
    * them into one reply on Redis's side: the consumer decodes a fraction of the RESP values and drains
-   * a backlog about twice as fast, for about four times the Redis CPU per event while it catches up.
+   * a backlog about twice as fast, for about ten times the Redis CPU per event while it catches up (the
+   * script takes entries one at a time, so it can stop at `maxReadBytes` whatever their sizes).
    * Caught-up consumers wait in `XREAD BLOCK` either way. Turn it off where Redis CPU is the scarcer resource.
    * @default true
    */
@@ -66,7 +67,8 @@ export interface ConsumerOptions {
   /**
    * Bytes one read of a partition may bring (its reply is buffered whole in Redis, counting against
    * `maxmemory` and the client output buffer limit): fewer than `batchSize` entries are read when
-   * that many would be more, judged by the partition's recent entry sizes; one entry at least.
+   * that many would be more; one entry at least. While a partition is behind, the read script stops at
+   * it whatever the entries' sizes; a read that waits for new entries is sized by the biggest of late.
    * @default 4194304 (4 MiB)
    */
   maxReadBytes?: number;

@@ -1,7 +1,7 @@
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { EventrailKeys } from './keys';
 import { leanCommandsSupported, sendLean, sendLeanScript } from './lean-command';
-import { type EventrailClient, type EventrailPipeline, leanScript, registerScripts } from './scripts';
+import { type EventrailClient, type EventrailPipeline, leanScript, type ReadBacklogReply, registerScripts } from './scripts';
 import type { XReadBufferReply } from './stream-read';
 
 /**
@@ -352,12 +352,21 @@ export class EventrailScripts {
   // Reads on a connection of the caller's (a worker's blocking connection)
 
   /**
-   * At most `count` entries of `stream` after `after`, packed by Redis as
-   * the MessagePack of XRANGE's answer (readBacklog-1.lua), on `connection`.
+   * At most `count` entries of `stream` after `after`, and at most `maxBytes` of them unless the first is
+   * bigger, packed by Redis as the MessagePack of XRANGE's answer (readBacklog-1.lua), on `connection`;
+   * with the size of the biggest entry packed and of the entry left out for the bytes (0 when none was).
    */
-  static readBacklog(connection: Redis | Cluster, stream: string, after: string, count: number): Promise<Buffer> {
-    if (leanCommandsSupported) return sendLeanScript<Buffer>(connection, leanScript('eventrailReadBacklog'), [stream, after, count], true);
-    return registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count);
+  static async readBacklog(
+    connection: Redis | Cluster,
+    stream: string,
+    after: string,
+    count: number,
+    maxBytes: number,
+  ): Promise<PackedRead> {
+    const [packed, largest, left] = leanCommandsSupported
+      ? await sendLeanScript<ReadBacklogReply>(connection, leanScript('eventrailReadBacklog'), [stream, after, count, maxBytes], true)
+      : await registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count, maxBytes);
+    return { packed, largest: Number(largest), left: Number(left) };
   }
 
   /** `XREAD COUNT count BLOCK blockMs STREAMS stream after` on `connection`, read as Buffers; without `blockMs`, a read that does not wait. */
@@ -386,6 +395,15 @@ export class EventrailScripts {
 }
 
 const PREVIOUS_HOLDER: Record<number, AcquireLeaseResult['previousHolder']> = { 0: 'released', 1: 'unreleased', 2: 'droppedGeneration' };
+
+/** A packed backlog read (readBacklog-1.lua): sizes are an entry's id, field names and values, in bytes. */
+export interface PackedRead {
+  packed: Buffer;
+  /** The biggest entry packed (0 when none). */
+  largest: number;
+  /** The entry after the last one packed, when the byte bound left it out; 0 when the count or the stream's end stopped the read. */
+  left: number;
+}
 
 /** A (group, partition) and a stream id in it. */
 interface PartitionEntry {

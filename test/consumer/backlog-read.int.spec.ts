@@ -63,8 +63,10 @@ describe('readBacklog-1.lua', () => {
     const reply = await redis.xread('COUNT', count, 'STREAMS', stream, after);
     return (reply?.[0][1] ?? []).map(([id, fields]) => readEntry(id, fields, origin));
   };
+  /** No byte bound to speak of: the count alone decides. */
+  const UNBOUNDED = 512 * 1024 * 1024;
   const packed = async (after: string, count: number): Promise<ReturnType<typeof readEntry>[]> =>
-    readPackedEntries(await client.eventrailReadBacklogBuffer(stream, after, count), origin);
+    readPackedEntries((await client.eventrailReadBacklogBuffer(stream, after, count, UNBOUNDED))[0], origin);
 
   it('reads what XREAD reads, entry for entry, from any id and at any count', async () => {
     const all = await asStrings('0-0', 100);
@@ -89,7 +91,35 @@ describe('readBacklog-1.lua', () => {
 
   it('answers an empty batch after the last entry and for a stream that does not exist', async () => {
     expect(await packed(ids[ids.length - 1], 10)).toEqual([]);
-    expect(readPackedEntries(await client.eventrailReadBacklogBuffer(keys.stream(0) + ':none', '0-0', 10), origin)).toEqual([]);
+    const [none, largest, left] = await client.eventrailReadBacklogBuffer(keys.stream(0) + ':none', '0-0', 10, UNBOUNDED);
+    expect([readPackedEntries(none, origin), largest, left]).toEqual([[], 0, 0]);
+  });
+
+  it('stops before the entry that would take it past the byte bound, whatever the sizes before it, and says that entry’s size', async () => {
+    const sized = keys.stream(0) + ':sized';
+    // Each entry is its id plus 'event', 'e', 'data' and a value of `n` bytes.
+    const plan = [...Array<number>(30).fill(10), 5000, 5000, 20_000, 10, 10];
+    const added: Array<{ id: string; bytes: number }> = [];
+    for (const n of plan) {
+      const id = (await redis.xadd(sized, '*', 'event', 'e', 'data', 'x'.repeat(n))) as string;
+      added.push({ id, bytes: id.length + 'event'.length + 1 + 'data'.length + n });
+    }
+    const read = async (after: string, count: number, bound: number): Promise<{ ids: string[]; largest: number; left: number }> => {
+      const [bytes, largest, left] = await client.eventrailReadBacklogBuffer(sized, after, count, bound);
+      return { ids: readPackedEntries(bytes, origin).map((e) => e.offset), largest, left };
+    };
+    const sum = (from: number, to: number): number => added.slice(from, to).reduce((total, e) => total + e.bytes, 0);
+    const ids = (from: number, to: number): string[] => added.slice(from, to).map((e) => e.id);
+
+    // The 30 small entries and the first of 5000 fit in 8 KiB; the second of 5000 does not, and is named by its size.
+    const bound = 8 * 1024;
+    expect(sum(0, 31)).toBeLessThanOrEqual(bound);
+    expect(await read('0-0', 100, bound)).toEqual({ ids: ids(0, 31), largest: added[30].bytes, left: added[31].bytes });
+    // The entry over the bound alone comes alone, as the first of a read.
+    expect(await read(added[31].id, 100, bound)).toEqual({ ids: ids(32, 33), largest: added[32].bytes, left: added[33].bytes });
+    // An entry that fits exactly is taken; the count stops a read with nothing left out.
+    expect(await read(added[32].id, 100, sum(33, 35))).toEqual({ ids: ids(33, 35), largest: added[33].bytes, left: 0 });
+    expect(await read('0-0', 3, bound)).toEqual({ ids: ids(0, 3), largest: added[0].bytes, left: 0 });
   });
 });
 

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent, RedisFullError } from '../../lib';
+import { EventrailScripts } from '../../lib/redis/eventrail-scripts';
+import { readPackedEntries } from '../../lib/wire/entry-reader';
 import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
@@ -74,6 +76,39 @@ async function watchReadCounts(
   return { counts, reads, stop: () => cli.kill() };
 }
 
+/**
+ * The ids of the entries in every reply a worker's read got (the packed script's, or XREAD's), in order:
+ * what Redis buffered whole for one read. The calls go through unchanged.
+ */
+function recordReplies(): string[][] {
+  const replies: string[][] = [];
+  const readBacklog = EventrailScripts.readBacklog.bind(EventrailScripts);
+  const readStream = EventrailScripts.readStream.bind(EventrailScripts);
+  jest.spyOn(EventrailScripts, 'readBacklog').mockImplementation(async (...args) => {
+    const read = await readBacklog(...args);
+    replies.push(readPackedEntries(read.packed, { partition: 0, logTag: 'x' }).map((entry) => entry.offset));
+    return read;
+  });
+  jest.spyOn(EventrailScripts, 'readStream').mockImplementation(async (...args) => {
+    const reply = await readStream(...args);
+    replies.push((reply?.[0][1] ?? []).map(([id]) => id.toString()));
+    return reply;
+  });
+  return replies;
+}
+
+/** The bytes of a reply's entries: their ids and field names and values, as the read script counts them. */
+async function replyBytes(redis: Redis, stream: string, replies: string[][]): Promise<Array<{ entries: number; bytes: number }>> {
+  const sizes = new Map<string, number>();
+  for (const [id, fields] of await redis.xrangeBuffer(stream, '-', '+')) {
+    sizes.set(
+      id.toString(),
+      fields.reduce((sum, field) => sum + field.length, id.length),
+    );
+  }
+  return replies.map((ids) => ({ entries: ids.length, bytes: ids.reduce((sum, id) => sum + sizes.get(id)!, 0) }));
+}
+
 @Injectable()
 class Narrow {
   @OnEvent(['tiny', 'huge'], { group: 'narrow', ordering: 'key', maxReadBytes: 65_536, batch: { maxSize: 20 } })
@@ -98,8 +133,10 @@ const mib = (bytes: number): string => `${(bytes / MIB).toFixed(1)} MiB`;
 
 /**
  * Reads bounded by bytes, attacked with entries whose sizes change within a
- * partition: the estimate comes from replies already read, so a read that
- * crosses from small entries into big ones is sized by the small ones.
+ * partition: an estimate from replies already read says nothing of the
+ * entries to come, so a read that crosses from small entries into big ones
+ * would be sized by the small ones. The packed read stops at the byte bound
+ * in Redis instead, entry by entry.
  */
 describe('byte-bounded reads under entries of changing size', () => {
   let server: RedisServer;
@@ -114,16 +151,16 @@ describe('byte-bounded reads under entries of changing size', () => {
     await server?.stop();
   });
 
-  // Break: the estimate is the mean of the entries already read, so the read after 150 small entries asks
-  // for batchSize entries and brings every 1 MiB entry behind them in one reply (about 50 MiB, not 4 MiB).
-  // With no output buffer limit (Redis's default) nothing cuts it: used_memory_peak passes the documented
-  // maxmemory (1.3 x the log + one maxReadBytes) and small publishes are refused while the group catches up.
-  // Measured: log 78.6 MiB, maxmemory 106.1 MiB, used_memory_peak 129.2 MiB, 8 of 44 small publishes refused
-  // (the same log of 1 MiB entries alone peaks at about 82 MiB: big-entries.int.spec.ts).
-  it.skip('small entries then 1 MiB ones, no output buffer limit: a read stays near maxReadBytes and maxmemory holds', async () => {
+  // The read after 150 small entries asks for batchSize entries: sized by the mean of the entries already read,
+  // it brought every 1 MiB entry behind them in one reply (about 50 MiB), and with no output buffer limit
+  // (Redis's default) nothing cut it: used_memory_peak 129.2 MiB over a maxmemory of 106.1 MiB (1.3 x the log
+  // + one maxReadBytes), 8 of 44 small publishes refused. Cut by bytes in the script: peak 82.6 MiB (as for the
+  // same log of 1 MiB entries alone, big-entries.int.spec.ts), none refused, no reply over 4 MiB.
+  it('small entries then 1 MiB ones, no output buffer limit: a read stays near maxReadBytes and maxmemory holds', async () => {
     server = await startRedisServer(undefined, ['--maxmemory-policy', 'noeviction']);
     redis = new Redis(server.url);
-    app = await createApp({ redis: server.url, maxPayloadBytes: 64 * MIB, prefix: uniquePrefix('swing'), autoStart: false }, [Catcher]);
+    const prefix = uniquePrefix('swing');
+    app = await createApp({ redis: server.url, maxPayloadBytes: 64 * MIB, prefix, autoStart: false }, [Catcher]);
     const publisher = app.get(EventrailPublisher);
     let n = 0;
     for (let i = 0; i < 150; i++) await publisher.publish('tiny', { n: n++, pad: 'p'.repeat(1024) });
@@ -134,6 +171,7 @@ describe('byte-bounded reads under entries of changing size', () => {
     const limit = Math.round(1.3 * before.used_memory + 4 * MIB);
     await redis.config('SET', 'maxmemory', String(limit));
     await redis.config('RESETSTAT');
+    const replies = recordReplies();
 
     let refused = 0;
     let published = 0;
@@ -161,13 +199,16 @@ describe('byte-bounded reads under entries of changing size', () => {
       await smalls;
     }
     const peak = (await memory(redis)).used_memory_peak;
+    const brought = await replyBytes(redis, `{${prefix}:0}:log`, replies);
+    const largest = Math.max(...brought.map((r) => r.bytes));
     console.log(
       `150 x 1 KiB then 60 x 1 MiB: log ${mib(before.used_memory)}, maxmemory ${mib(limit)}, used_memory_peak ${mib(peak)}, ` +
-        `${refused} of ${refused + published} small publishes refused`,
+        `${refused} of ${refused + published} small publishes refused; ${brought.length} replies, largest ${largest} bytes`,
     );
     expect(got('catcher')).toEqual([...Array(total).keys()]);
     expect(refused).toBe(0);
     expect(peak).toBeLessThan(limit);
+    expect(brought.filter((r) => r.entries > 1 && r.bytes > 4 * MIB)).toEqual([]);
   });
 
   it('sizes swinging 10 B, 1 KiB, 5 MiB within a partition under a 32 MB output buffer limit: every entry once, in order', async () => {
@@ -275,12 +316,12 @@ describe('byte-bounded reads under entries of changing size', () => {
     expect(Math.max(...late)).toBe(usual);
   });
 
-  // Break: the estimate is a mean over entries already read, so a read that starts in a run of 10 B entries and
-  // crosses into 12 KiB and 100 KiB ones asks for as many as the small ones allow. Measured (9 reads): after
-  // 300 entries of 10 B a read of 200 entries brought 1 005 070 bytes, and as the estimate fell back by halves
-  // (12, 25, 49, 93 entries) a read of 129 entries brought 1 045 140 bytes: 16 x maxReadBytes. Every entry
-  // was handled once, per key in order.
-  it.skip('maxReadBytes at its least (64 KiB) over entries of 10 B, 12 KiB (packed) and 100 KiB (over it alone): every entry once, per key in order, no read over 64 KiB past one entry', async () => {
+  // A read that starts in a run of 10 B entries and crosses into 12 KiB and 100 KiB ones, sized by a mean over
+  // entries already read, asked for as many as the small ones allow: after 300 entries of 10 B a read of 200
+  // entries brought 1 005 070 bytes of payload, and as the estimate fell back by halves a read of 129 entries
+  // brought 1 045 140 (16 x maxReadBytes). Both what one Redis command copies (read from MONITOR: XREAD, and the
+  // XRANGEs inside the packed read) and what one reply holds are checked: the script takes entries one at a time.
+  it('maxReadBytes at its least (64 KiB) over entries of 10 B, 12 KiB (packed) and 100 KiB (over it alone): every entry once, per key in order, no read over 64 KiB past one entry', async () => {
     server = await startRedisServer();
     redis = new Redis(server.url);
     const prefix = uniquePrefix('narrow');
@@ -304,6 +345,7 @@ describe('byte-bounded reads under entries of changing size', () => {
     }
     const total = n;
     const reads = await watchReadCounts(server.url, prefix);
+    const replies = recordReplies();
     await app.get(EventrailConsumers).start();
     await waitFor(
       () => got('narrow').length >= total,
@@ -325,10 +367,16 @@ describe('byte-bounded reads under entries of changing size', () => {
       return { entries: taken.length, bytes: taken.reduce((sum, b) => sum + b, 0) };
     });
     const overs = brought.filter((r) => r.entries > 1 && r.bytes > 65_536);
+    // A reply's bytes as the script counts them (ids and field names too), not the payload alone.
+    const inReplies = await replyBytes(redis, `{${prefix}:0}:log`, replies);
+    const replyOvers = inReplies.filter((r) => r.entries > 1 && r.bytes > 65_536);
     console.log(
-      `${total} entries at maxReadBytes 64 KiB: ${brought.length} reads, largest ${Math.max(...brought.map((r) => r.bytes))} bytes; ` +
-        `over 64 KiB with more than one entry: ${JSON.stringify(overs)}; all: ${JSON.stringify(brought.map((r) => [r.entries, r.bytes]))}`,
+      `${total} entries at maxReadBytes 64 KiB: ${brought.length} Redis reads, largest ${Math.max(...brought.map((r) => r.bytes))} bytes of payload; ` +
+        `${inReplies.length} replies, largest ${Math.max(...inReplies.map((r) => r.bytes))} bytes, ` +
+        `most entries ${Math.max(...inReplies.map((r) => r.entries))}; over 64 KiB with more than one entry: ` +
+        `${JSON.stringify(overs)} ${JSON.stringify(replyOvers)}`,
     );
     expect(overs).toEqual([]);
+    expect(replyOvers).toEqual([]);
   });
 });

@@ -198,7 +198,7 @@ describe.each([
 
   it('reads a backlog packed and a stream by XREAD on a connection of the caller’s', async () => {
     const stream = keys.stream(0);
-    const packed = await EventrailScripts.readBacklog(redis, stream, '0-0', 10);
+    const { packed } = await EventrailScripts.readBacklog(redis, stream, '0-0', 10, 4 * 1024 * 1024);
     expect(Buffer.isBuffer(packed)).toBe(true);
     const reply = await EventrailScripts.readStream(redis, stream, '0-0', 1, 10);
     expect(reply?.[0][0]).toEqual(Buffer.from(stream));

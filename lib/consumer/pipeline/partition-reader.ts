@@ -3,7 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { EntryOrigin, MalformedEntry, RawEntry } from '../../wire/codec';
 import { readEntryBuffers, readPackedEntries } from '../../wire/entry-reader';
 import { XReadBufferReply } from '../../redis/stream-read';
-import { EventrailScripts } from '../../redis/eventrail-scripts';
+import { EventrailScripts, type PackedRead } from '../../redis/eventrail-scripts';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
 
@@ -11,14 +11,6 @@ type Entry = RawEntry | MalformedEntry;
 
 /** Replies that say the server is busy or moving, not that the script is unwelcome: the read failed, and is retried as any read. */
 const TRANSIENT = /^(?:LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY|MOVED|ASK|OOM)\b/;
-
-/**
- * Entries bigger than this (the partition's running estimate) are read with
- * XREAD even while behind: packing saves per-value decoding, which matters
- * for small entries only, and costs a copy of the batch in Lua's memory,
- * which `maxmemory` does not count.
- */
-export const PACKED_MAX_ENTRY_BYTES = 16 * 1024;
 
 /**
  * A cut read never lowers the bytes per read below this: a connection that
@@ -40,6 +32,13 @@ const MIB = 1024 * 1024;
 /** A size for a log line. */
 function size(bytes: number): string {
   return bytes >= MIB ? `${(bytes / MIB).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
+}
+
+/** The size in bytes of an XREAD entry read as Buffers: its id, field names and values (as readBacklog-1.lua counts). */
+function entryBytes(id: Buffer, fields: Buffer[]): number {
+  let bytes = id.length;
+  for (let f = 0; f < fields.length; f++) bytes += fields[f].length;
+  return bytes;
 }
 
 /** The read in flight: settled by its reply, or with no entries when Redis cut its connection. */
@@ -73,11 +72,17 @@ export interface PartitionReaderOptions {
  *
  * Reads are bounded by bytes as well as count. Redis buffers a reply whole
  * before sending it, and that buffer counts against `maxmemory` and the
- * client output buffer limit: 200 entries of 1 MiB are a 200 MiB reply. The
- * reader keeps a running estimate of the partition's bytes per entry (from
- * the replies it decodes anyway) and asks for at most `maxReadBytes` worth.
- * Without an estimate (the first read of a worker, or after a cut read) it
- * reads one entry first and the rest once that one's size is known. When
+ * client output buffer limit: 200 entries of 1 MiB are a 200 MiB reply. A
+ * read while behind goes through the script, which sums the entries' sizes
+ * as it takes them and stops at `maxReadBytes` (one entry at least), so it
+ * holds whatever the sizes of the entries to come; an entry that fills half
+ * of that alone is read by itself with XREAD, so that the script does not
+ * copy it. XREAD cannot stop at a byte count: a read that waits (caught up)
+ * asks for what fits at the biggest entry size seen lately, so only entries
+ * bigger than any of late that arrive together while it waits can take it
+ * past the bound. Without an estimate (the first read of a worker, or after
+ * a cut read) it reads one entry first and the rest once that one's size is
+ * known. When
  * Redis closes the connection under a read (an output buffer limit below the
  * reply), the read is dropped, not sent again on the reconnected socket
  * (ioredis would, and Redis would close it again, for ever), and the next one
@@ -91,17 +96,27 @@ export class PartitionReader {
   private packedRefused = false;
   /** Bytes per entry, recent replies weighed (quick to rise, halving to fall); undefined until a reply tells. */
   private perEntry?: number;
+  /** The biggest entry of recent replies, or left out by the last packed read (quick to rise, halving to fall). */
+  private largest = 0;
+  /** The size of the entry the last packed read left out for the bytes (0 when none): the next read starts at it. */
+  private left = 0;
+  /** Bytes per entry of the last reply alone: whether the entries now are too big to pack (`packs`). */
+  private lastMean = 0;
+  /** The read in flight stopped at the byte bound: more entries are there (`behind`), however few it brought. */
+  private more = false;
   /** Bytes one read may ask for: `maxReadBytes`, lowered when Redis cut a read smaller than that. */
   private ceiling: number;
   /** Entries per read after a cut: halved by each cut, doubled back by each read that comes back full. */
   private limit = Number.POSITIVE_INFINITY;
   /** What the read in flight asked for: a reply of as many means more are there (`behind`). */
   private expected = 0;
+  /** The bytes the read in flight was bounded to: the byte ceiling for a packed read, none for XREAD. */
+  private expectedBytes = Number.POSITIVE_INFINITY;
   private flight?: Flight;
   /** The connection whose closes are watched (the worker replaces it at times). */
   private watched?: Redis | Cluster;
-  /** The last read Redis cut (where it started, how many entries it asked for), until a read lands. */
-  private cut?: { after: string; count: number };
+  /** The last read Redis cut (where it started, how many entries and bytes it asked for), until a read lands. */
+  private cut?: { after: string; count: number; bytes: number };
   /** The entry after this offset is too big for any read: attempts are spaced, and it was logged. */
   private stuck?: { after: string; logged: boolean };
   private warned = false;
@@ -123,17 +138,19 @@ export class PartitionReader {
    */
   read(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
     this.watch(connection);
+    this.raiseCeiling();
+    this.more = false;
+    this.expectedBytes = Number.POSITIVE_INFINITY;
     let reading: Promise<Entry[]>;
     try {
       if (this.stuck?.after === after) reading = this.readStuck(connection, after, blockMs);
       else if (this.perEntry === undefined) reading = this.readProbing(connection, after, count, blockMs);
-      else {
-        const capped = this.capped(count);
-        this.expected = capped;
-        reading =
-          this.behind && !this.packedRefused && this.perEntry <= PACKED_MAX_ENTRY_BYTES
-            ? this.readPacked(connection, after, capped, blockMs)
-            : this.readBlocking(connection, after, capped, blockMs);
+      else if (this.behind && this.packs()) {
+        this.expected = Math.min(count, this.limit);
+        reading = this.readPacked(connection, after, this.expected, blockMs);
+      } else {
+        this.expected = this.sized(count);
+        reading = this.readBlocking(connection, after, this.expected, blockMs);
       }
     } catch (error) {
       return Promise.reject(error);
@@ -145,7 +162,7 @@ export class PartitionReader {
         (entries) => {
           if (flight.done) return;
           flight.done = true;
-          this.behind = entries.length > 0 && entries.length >= this.expected;
+          this.behind = entries.length > 0 && (entries.length >= this.expected || this.more);
           if (entries.length > 0) this.cut = this.stuck = undefined;
           if (this.behind && this.limit !== Number.POSITIVE_INFINITY) this.limit *= 2;
           resolve(entries);
@@ -159,20 +176,40 @@ export class PartitionReader {
     });
   }
 
-  /** At most `count`, and at most what fits in the byte ceiling at the estimated size (never less than one). */
-  private capped(count: number): number {
+  /** A lowered byte ceiling has held for `CEILING_HOLD_MS`: back to `maxReadBytes`. */
+  private raiseCeiling(): void {
     if (this.loweredAt !== undefined && performance.now() - this.loweredAt >= CEILING_HOLD_MS) {
       this.ceiling = this.options.maxReadBytes;
       this.loweredAt = undefined;
     }
-    return Math.max(1, Math.min(count, this.limit, Math.floor(this.ceiling / this.perEntry!)));
   }
 
-  /** Takes a reply's size into the estimate: a rise counts at once, a fall by halves. */
-  private observe(bytes: number, entries: number): void {
+  /**
+   * Whether a read while behind goes through the script: yes, unless packing is off or refused, or the
+   * entries (those of the last reply, or the one the last packed read left out) fill half the ceiling
+   * alone, so a read brings one of them: XREAD of one entry is as exact, and Lua does not copy it.
+   */
+  private packs(): boolean {
+    return !this.packedRefused && 2 * Math.max(this.lastMean, this.left) <= this.ceiling;
+  }
+
+  /**
+   * An XREAD's count: at most `count`, and what fits in the byte ceiling at the biggest entry size seen
+   * lately, not the mean (never less than one). XREAD cannot stop at a byte count; sized by the biggest,
+   * a read goes past the ceiling only over entries bigger than any of late.
+   */
+  private sized(count: number): number {
+    const size = Math.max(this.perEntry ?? 0, this.largest, 1);
+    return Math.max(1, Math.min(count, this.limit, Math.floor(this.ceiling / size)));
+  }
+
+  /** Takes a reply's sizes into the estimates: a rise counts at once, a fall by halves. */
+  private observe(bytes: number, entries: number, largest: number): void {
     if (entries === 0) return;
     const mean = bytes / entries;
+    this.lastMean = mean;
     this.perEntry = this.perEntry === undefined ? mean : Math.max(mean, (this.perEntry + mean) / 2);
+    this.largest = Math.max(largest, this.largest / 2);
   }
 
   /**
@@ -184,13 +221,18 @@ export class PartitionReader {
     return this.readBlocking(connection, after, 1, blockMs).then((first) => {
       if (first.length === 0) return first;
       this.afterCut();
-      const rest = this.capped(count) - 1;
-      this.expected = rest + 1;
-      if (rest === 0) return first;
       // Not waiting: the first entry is in hand, and what follows it now is the rest of this batch.
-      return EventrailScripts.readStream(connection, this.stream, first[0].offset, rest)
-        .then(this.decodeReply)
-        .then((more) => (more.length === 0 ? first : [first[0], ...more]));
+      let rest: Promise<Entry[]>;
+      if (this.packs()) {
+        this.expected = Math.min(count, this.limit);
+        if (this.expected === 1) return first;
+        rest = this.readPacked(connection, first[0].offset, this.expected - 1);
+      } else {
+        this.expected = this.sized(count);
+        if (this.expected === 1) return first;
+        rest = EventrailScripts.readStream(connection, this.stream, first[0].offset, this.expected - 1).then(this.decodeReply);
+      }
+      return rest.then((more) => (more.length === 0 ? first : [first[0], ...more]));
     });
   }
 
@@ -228,13 +270,14 @@ export class PartitionReader {
     flight.done = true;
     const last = this.cut;
     const count = this.expected;
-    this.cut = { after: flight.after, count };
+    this.cut = { after: flight.after, count, bytes: this.expectedBytes };
     if (count === 1 && last?.count === 1 && last.after === flight.after) {
       if (this.stuck?.after !== flight.after) this.stuck = { after: flight.after, logged: false };
     }
     // The size of one entry does not say the size of the next ones: fewer are asked for until reads land again.
     this.limit = Math.max(1, Math.floor(count / 2));
     this.perEntry = undefined;
+    this.largest = this.left = this.lastMean = 0;
     this.behind = false;
     flight.resolve([]);
   }
@@ -244,7 +287,8 @@ export class PartitionReader {
     const cut = this.cut;
     if (!cut) return;
     this.stuck = undefined;
-    const cutBytes = cut.count * this.perEntry!;
+    // A packed read brought at most its byte bound (and one entry over it alone), whatever the count.
+    const cutBytes = Math.min(cut.count * this.perEntry!, Math.max(cut.bytes, this.perEntry!));
     // A small read cut is a connection that closed for another reason: nothing to learn.
     if (cutBytes < LEAST_CEILING_BYTES) return;
     this.ceiling = Math.min(this.ceiling, Math.max(LEAST_CEILING_BYTES, cutBytes / 2));
@@ -255,7 +299,7 @@ export class PartitionReader {
     const { partition } = this.origin;
     const text =
       `Group "${group}" partition ${partition}: Redis closed the connection during a read of ${cut.count} entries ` +
-      `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.capped(Number.MAX_SAFE_INTEGER)} ` +
+      `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.sized(Number.MAX_SAFE_INTEGER)} ` +
       `entries (${size(this.ceiling)}) at a time for a minute. If its client-output-buffer-limit for normal clients closed it ` +
       `(Redis logs "overcoming of output buffer limits"; a restart or a failover closes connections too), ` +
       `keep that limit above maxReadBytes (${size(this.options.maxReadBytes)})`;
@@ -288,39 +332,47 @@ export class PartitionReader {
     });
   }
 
-  /** The entries of an XREAD reply read as Buffers (bound once: no closure per read); their size goes into the estimate. */
+  /** The entries of an XREAD reply read as Buffers (bound once: no closure per read); their sizes go into the estimates. */
   private readonly decodeReply = (reply: XReadBufferReply): Entry[] => {
+    this.left = 0;
     if (!reply || reply.length === 0) return [];
     const raw = reply[0][1];
     const entries = new Array<Entry>(raw.length);
     let bytes = 0;
+    let largest = 0;
     for (let i = 0; i < raw.length; i++) {
       const [id, fields] = raw[i];
-      bytes += id.length;
-      for (let f = 0; f < fields.length; f++) bytes += fields[f].length;
+      const size = entryBytes(id, fields);
+      bytes += size;
+      if (size > largest) largest = size;
       entries[i] = readEntryBuffers(id, fields, this.origin);
     }
-    this.observe(bytes, raw.length);
+    this.observe(bytes, raw.length, largest);
     return entries;
   };
 
-  private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
-    let packed: Buffer;
+  /** At most `count` entries and the byte ceiling's worth (one entry at least), packed by the script; without `blockMs`, a fallback read does not wait. */
+  private async readPacked(connection: Redis | Cluster, after: string, count: number, blockMs?: number): Promise<Entry[]> {
+    let read: PackedRead;
+    this.expectedBytes = this.ceiling;
     try {
-      packed = await EventrailScripts.readBacklog(connection, this.stream, after, count);
+      read = await EventrailScripts.readBacklog(connection, this.stream, after, count, this.ceiling);
     } catch (error) {
       // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
       if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
       this.packedRefused = true;
+      this.expectedBytes = Number.POSITIVE_INFINITY;
       this.logger.warn(`Reading ${this.stream} with XREAD only: the packed backlog read was refused (${describeError(error)})`);
-      return this.readBlocking(connection, after, count, blockMs);
+      return this.readBlocking(connection, after, this.sized(count), blockMs);
     }
-    const entries = readPackedEntries(packed, this.origin);
-    this.observe(packed.length, entries.length);
+    const entries = readPackedEntries(read.packed, this.origin);
+    this.more = read.left > 0;
+    this.left = read.left;
+    this.observe(read.packed.length, entries.length, Math.max(read.largest, read.left));
     return entries;
   }
 
-  private readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs: number): Promise<Entry[]> {
+  private readBlocking(connection: Redis | Cluster, after: string, count: number, blockMs?: number): Promise<Entry[]> {
     return EventrailScripts.readStream(connection, this.stream, after, count, blockMs).then(this.decodeReply);
   }
 }
