@@ -26,8 +26,11 @@ export const QUIT_WAIT_MS = 1_000;
 /** Between two tries of the startup checks after Redis went away during them. */
 const STARTUP_RETRY_MS = 200;
 
-/** Replies that say the server is busy or moving (a restart loading its data, a failover), not no. */
-const TRANSIENT_REPLY = /^(?:LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY)\b/;
+/**
+ * Replies that say the server is busy or moving (a restart loading its data, a failover), or full of
+ * clients (`maxclients`: others may leave), not no.
+ */
+const TRANSIENT_REPLY = /^(?:LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY\b|ERR max number of clients reached)/;
 
 /**
  * Whether a startup check that failed with `error` may succeed if tried again:

@@ -10,6 +10,7 @@ import {
   EventrailPublisher,
   OnEvent,
   partitionForKey,
+  RedisUnavailableError,
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
 import { uniquePrefix, waitFor } from '../support/helpers';
@@ -77,12 +78,14 @@ describe('a worker at Redis maxclients', () => {
   const connectedClients = async (): Promise<number> => Number(/connected_clients:(\d+)/.exec(await redis.info('clients'))?.[1]);
 
   /** An app of the group on the small server, not started, with its log lines captured, and events waiting in every partition. */
-  const boot = async (): Promise<{ started: INestApplicationContext; logger: CapturedLogger; keys: string[] }> => {
+  const boot = async (
+    options: { startupTimeoutMs?: number } = {},
+  ): Promise<{ started: INestApplicationContext; logger: CapturedLogger; keys: string[] }> => {
     handled.clear();
     const logger = new CapturedLogger();
     const moduleRef = await Test.createTestingModule({
       imports: [
-        EventrailModule.forRoot({ redis: server.url, prefix: uniquePrefix('maxcl'), partitions: PARTITIONS, autoStart: false }),
+        EventrailModule.forRoot({ redis: server.url, prefix: uniquePrefix('maxcl'), partitions: PARTITIONS, autoStart: false, ...options }),
         TerminusModule,
         EventrailHealthModule,
       ],
@@ -149,6 +152,29 @@ describe('a worker at Redis maxclients', () => {
     await started.get(EventrailConsumers).start();
     await expectUnreadReleased(started, logger);
     await expectAllReadOnceRaised(started, logger, keys.length);
+  });
+
+  it('start() with no room for its connections waits up to startupTimeoutMs, then rejects with RedisUnavailableError naming maxclients', async () => {
+    const { started } = await boot({ startupTimeoutMs: 1_000 });
+    // Room for what the app holds now and nothing more: its rebalance subscriber is refused.
+    await redis.config('SET', 'maxclients', String(await connectedClients()));
+    const refused = await started
+      .get(EventrailConsumers)
+      .start()
+      .then(
+        () => null,
+        (caught: unknown) => caught,
+      );
+    expect(refused).toBeInstanceOf(RedisUnavailableError);
+    expect((refused as Error).message).toMatch(/startupTimeoutMs \(1000 ms\).*max number of clients reached/);
+
+    // Room again while a start waits: it goes on.
+    const starting = started.get(EventrailConsumers).start();
+    await redis.config('SET', 'maxclients', '10000');
+    await starting;
+    const keys = ['receipt-1'];
+    await publish(started, keys, 0);
+    await waitFor(() => handled.size === 1, 'handled once started');
   });
 
   it('gives back a partition whose read connection drops and cannot come back, and takes it again once it can', async () => {
