@@ -96,21 +96,30 @@ describe('parked keys under attack: many keys failing at once', () => {
     expectEveryKeyInOrder(2);
   }, 200_000);
 
-  // Break: every commit that changes a parked line reads the whole recovery hash back (HGETALL, then a
-  // pattern match per line) to work out the parked floor, and every line that ends or falls due scans
-  // and sorts all lines again (ParkedLines.due): O(lines) per change, O(lines^2) per round of tiers.
-  // With 20,000 lines cycling: a commit script with 32 arguments ran 250-276 ms in Redis (12.8 ms on
-  // average, against every other client), the app's event loop stalled up to 28 s, and a healthy
-  // key's message waited 0.9 s in one run and more than 120 s (never handled) in another; in a third,
-  // the same app's publish of that one message failed with PublishTimeoutError (10 s).
-  it.skip('20,000 keys failing: a healthy key is still handled within 2 s while their lines cycle through the tiers', async () => {
+  // Found by an attack (fixed): every commit that changed a parked line read the whole recovery hash
+  // back (HGETALL) to work out the parked floor, and every line that ended or fell due scanned and
+  // sorted all lines again: a commit script with 32 arguments ran 250-276 ms in Redis, the event loop
+  // stalled up to 28 s, and a healthy key's message waited from 0.9 s to more than 120 s. With the
+  // floor sent by the owner and the lines due found in a heap, all 20,000 lines falling due together
+  // still put it behind 20,000 failing calls (2-4 s, every handler call waits for a permit in turn);
+  // with at most 128 lines run at once: worst 332 ms (median 1 ms), and the 20,000 keys back drained
+  // in 2.9 s.
+  it('20,000 keys failing: a healthy key is still handled within 2 s while their lines cycle through the tiers', async () => {
     const publisher = await parkAll(20_000, 1);
     const until = Date.now() + 15_000;
-    let worst = 0;
-    for (let n = 1; Date.now() < until; n++) worst = Math.max(worst, await healthyLatency(publisher, n, 60_000));
+    const latencies: number[] = [];
+    for (let n = 1; Date.now() < until; n++) latencies.push(await healthyLatency(publisher, n, 60_000));
+    const worst = Math.max(...latencies);
+    const sorted = [...latencies].sort((x, y) => x - y);
+    const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    console.log(
+      `20,000 lines cycling for 15 s: a healthy key's ${latencies.length} messages handled in median ${at(0.5)} ms, p99 ${at(0.99)} ms, worst ${worst} ms`,
+    );
     expect(worst).toBeLessThan(2_000);
     dependency.down = false;
+    const back = Date.now();
     await waitFor(() => handledCount() - (dependency.handled.get('healthy')?.length ?? 0) === 20_000, 'all handled', 60_000, 200);
+    console.log(`20,000 keys back: every line drained in ${Date.now() - back} ms`);
     expectEveryKeyInOrder(1);
   }, 400_000);
 });

@@ -1,4 +1,4 @@
-import { ParkedLines, parseLine, PARKED_FIELD_PREFIX } from '../../lib/consumer/handling/parked-lines';
+import { ParkedLines, parseLine, PARKED_FIELD_PREFIX, PARKED_FLOOR_FIELD } from '../../lib/consumer/handling/parked-lines';
 import type { RawEntry } from '../../lib/wire/codec';
 import { seededRandom } from '../support/seeded-random';
 
@@ -34,7 +34,48 @@ describe('ParkedLines', () => {
     parked.release('k:A');
     parked.release('k:A');
     expect(parked.size).toBe(0);
-    expect(parked.takeChanges()).toEqual([[`${PARKED_FIELD_PREFIX}k:A`, '']]);
+    // The floor goes with the changes: nothing is parked any more.
+    expect(parked.takeChanges()).toEqual([
+      [`${PARKED_FIELD_PREFIX}k:A`, ''],
+      [PARKED_FLOOR_FIELD, ''],
+    ]);
+  });
+
+  it('sends the oldest parked id as the floor with every change, and follows it as heads are released', () => {
+    const parked = lines('key', { now: 1 });
+    parked.failed(entry('5-0', 'B'), failure());
+    parked.failed(entry('3-0', 'A'), failure());
+    parked.behind(entry('9-0', 'A'));
+    expect(parked.takeChanges().at(-1)).toEqual([PARKED_FLOOR_FIELD, '3-0']);
+    expect(parked.takeChanges()).toEqual([]); // nothing changed, nothing sent
+    parked.release('k:A');
+    expect(parked.takeChanges().at(-1)).toEqual([PARKED_FLOOR_FIELD, '5-0']);
+    parked.release('k:B');
+    expect(parked.floor).toBe('9-0');
+    parked.release('k:A');
+    expect(parked.floor).toBeUndefined();
+  });
+
+  it('hands out due lines oldest due first, each once until it is requeued, and skips busy ones until then', () => {
+    const clock = { now: 10_000 };
+    const parked = lines('key', clock, () => 1);
+    for (const [offset, key] of [
+      ['1-0', 'A'],
+      ['2-0', 'B'],
+      ['3-0', 'C'],
+    ])
+      parked.failed(entry(offset, key), failure());
+    expect(parked.due()).toEqual({ lines: [], nextAt: 11_000 });
+    parked.release('k:B'); // emptied: gone
+    clock.now = 10_500;
+    parked.failed(entry('4-0', 'D'), failure()); // due at 11,500, after A
+    parked.apply({ field: 'parkcmd:retry:k:C', op: 'retry', key: 'C', heads: [] }); // due at once
+    clock.now = 12_000;
+    expect(parked.due(new Map([['k:C', true]]))).toEqual({ lines: ['k:A', 'k:D'], nextAt: undefined });
+    expect(parked.due()).toEqual({ lines: [], nextAt: undefined }); // handed out or busy: not again
+    parked.requeue('k:C');
+    parked.failed(entry('1-0', 'A'), failure(4)); // failed again: due at its next tier
+    expect(parked.due()).toEqual({ lines: ['k:C'], nextAt: 14_000 });
   });
 
   it("'unordered': a line per message, and nothing is held behind it", () => {
@@ -123,26 +164,49 @@ describe('ParkedLines', () => {
     expect(loaded.state('k:x"y')?.ids).toEqual(['5-1', '6-0']);
   });
 
-  it("works lines stored under the other mode's names (a change of ordering) where they are", () => {
-    const stored = (ids: string[], k: string) => JSON.stringify({ ids, k, a: 1, f: 1, n: 50, e: 'x', t: ids[ids.length - 1], r: 0, c: 0 });
-    // 'key' inherits two lines 'unordered' parked for key A, and one for B.
+  it("works lines stored under the other mode's names (a change of ordering), the lines of one key as one in log order", () => {
+    const stored = (ids: string[], k: string, more: object = {}) =>
+      JSON.stringify({ ids, k, a: 1, f: 1, n: 50, e: 'x', t: ids[ids.length - 1], r: 0, c: 0, ...more });
+    // 'key' inherits two lines 'unordered' parked for key A (the newer one due first), and one for B.
     const byKey = lines('key', { now: 100 });
-    byKey.load({ 'park:m:1-0': stored(['1-0'], 'A'), 'park:m:3-0': stored(['3-0'], 'A'), 'park:m:2-0': stored(['2-0'], 'B') });
+    byKey.load({
+      'park:m:3-0': stored(['3-0'], 'A', { a: 1, f: 40, n: 60, e: 'three' }),
+      'park:m:1-0': stored(['1-0'], 'A', { a: 3, f: 20, n: 90, e: 'one', d: 2 }),
+      'park:m:2-0': stored(['2-0'], 'B'),
+    });
+    // A's become one line in log order, with the oldest head's state and the earliest first failure.
+    expect(byKey.state('k:A')).toEqual({ ids: ['1-0', '3-0'], k: 'A', a: 3, f: 20, n: 90, e: 'one', d: 2, t: '3-0', r: 0, c: 0 });
+    expect(byKey.state('m:1-0')).toBeUndefined();
+    expect(byKey.state('m:2-0')?.ids).toEqual(['2-0']); // alone: worked where it is
+    expect(new Map(byKey.takeChanges())).toEqual(
+      new Map([
+        ['park:m:3-0', ''],
+        ['park:m:1-0', ''],
+        ['park:k:A', expect.stringContaining('"ids":["1-0","3-0"]')],
+        [PARKED_FLOOR_FIELD, '1-0'],
+      ]),
+    );
     expect(byKey.holds(entry('4-0', 'A'))).toBe(true);
     expect(byKey.holds(entry('4-1', 'C'))).toBe(false);
-    // A later message of A waits behind the newest line of A; a failing head stays in its own line.
+    // A later message of A waits behind the line of A; a failing head stays in its line.
     byKey.behind(entry('4-0', 'A'));
-    expect(byKey.state('m:3-0')?.ids).toEqual(['3-0', '4-0']);
-    expect(byKey.lineOf(entry('1-0', 'A'))).toBe('m:1-0');
+    expect(byKey.state('k:A')?.ids).toEqual(['1-0', '3-0', '4-0']);
+    expect(byKey.lineOf(entry('1-0', 'A'))).toBe('k:A');
     expect(byKey.failed(entry('1-0', 'A'), failure(2))).toBe('parked');
-    expect(byKey.size).toBe(3);
+    expect(byKey.size).toBe(2);
     expect(byKey.isHead(entry('1-0', 'A'))).toBe(true);
-    byKey.release('m:3-0');
-    expect(byKey.isHead(entry('4-0', 'A'))).toBe(true);
-    byKey.release('m:3-0');
-    byKey.release('m:1-0');
+    expect(byKey.isHead(entry('3-0', 'A'))).toBe(false);
+    byKey.release('k:A');
+    expect(byKey.isHead(entry('3-0', 'A'))).toBe(true);
+    byKey.release('k:A');
+    byKey.release('k:A');
     expect(byKey.holds(entry('5-0', 'A'))).toBe(false);
     expect(byKey.lineOf(entry('5-0', 'A'))).toBe('k:A');
+    // A key line and an 'unordered' line of the same key: one line too, under the key's name.
+    const mixed = lines('key', { now: 100 });
+    mixed.load({ 'park:k:A': stored(['5-0', '7-0'], 'A', { f: 0, a: 0 }), 'park:m:6-0': stored(['6-0'], 'A') });
+    expect(mixed.state('k:A')).toMatchObject({ ids: ['5-0', '6-0', '7-0'], a: 0, f: 0, t: '7-0' });
+    expect(mixed.size).toBe(1);
     // 'unordered' inherits a key line: its head fails in it; later messages of the key are not held.
     const unordered = lines('unordered', { now: 100 });
     unordered.load({ 'park:k:A': stored(['1-0', '2-0'], 'A') });

@@ -3,6 +3,7 @@ import { isMalformed, type MalformedEntry, type RawEntry } from '../../wire/code
 import { compareStreamIds, isStreamId } from '../../wire/stream-id';
 import { describeThrown } from '../../util/describe-error';
 import { retryDelayMs } from '../../util/backoff';
+import { MinHeap } from '../../util/min-heap';
 
 /** The prefix of a parked line's field in its partition's recovery hash. */
 export const PARKED_FIELD_PREFIX = 'park:';
@@ -11,6 +12,11 @@ export const PARKED_FIELD_PREFIX = 'park:';
  * `parkcmd:give-up:k:<key>`), a field of the same hash that the owner applies and removes.
  */
 export const PARKED_COMMAND_PREFIX = 'parkcmd:';
+/**
+ * The recovery hash's field that holds the oldest parked id (retention keeps the log from there). The
+ * owner works it out from the lines it holds and sends it with the lines' changes (`takeChanges`).
+ */
+export const PARKED_FLOOR_FIELD = 'parkedFloor';
 
 /** An operator's command found in the recovery hash. */
 export interface ParkedCommand {
@@ -96,6 +102,14 @@ export class ParkedLines {
   private readonly heads = new Map<string, string>();
   /** `'m:'` lines by key: with `'key'` ordering, later messages of their key wait behind them too. */
   private readonly byKey = new Map<string, Set<string>>();
+  /**
+   * When each line is due, as indexed in `dueHeap` (a line `due` handed out, or found busy, is not
+   * indexed until `requeue`). An item of the heap whose time is not its line's entry here is stale.
+   */
+  private readonly dueAt = new Map<string, number>();
+  private readonly dueHeap = new MinHeap<readonly [number, string]>((a, b) => a[0] < b[0]);
+  /** Every head (stale ones too, skipped while they are no longer a key of `heads`): the oldest is the floor. */
+  private readonly headHeap = new MinHeap<string>((a, b) => compareStreamIds(a, b) < 0);
   private readonly random: () => number;
 
   constructor(private readonly config: ParkedLinesConfig) {
@@ -118,7 +132,11 @@ export class ParkedLines {
     return count;
   }
 
-  /** Loads the lines stored in the recovery hash `fields` (as HGETALL gives them); a field that does not parse is dropped and named. */
+  /**
+   * Loads the lines stored in the recovery hash `fields` (as HGETALL gives them); a field that does not
+   * parse is dropped and named. With `'key'` ordering, the lines of one key (which `'unordered'` members
+   * park one message each) become one line, in log order (`merge`).
+   */
   load(fields: Record<string, string>): string[] {
     const dropped: string[] = [];
     for (const [field, value] of Object.entries(fields)) {
@@ -131,7 +149,33 @@ export class ParkedLines {
         this.changed.set(line, null);
       }
     }
+    if (this.config.mode === 'key') for (const [key, lines] of [...this.byKey]) this.merge(key, lines);
     return dropped;
+  }
+
+  /**
+   * Makes the lines of `key` one line `k:<key>` (stored so with the next commit, the others released):
+   * its ids in log order, the oldest head's state (its attempts, tier, error, due time), and the
+   * earliest first failure when that head has failed. Lines redelivered each on its own tier would hand
+   * the key's messages over out of log order.
+   */
+  private merge(key: string, inherited: ReadonlySet<string>): void {
+    const own = `k:${key}`;
+    const names = [...inherited];
+    if (this.lines.has(own)) names.push(own);
+    if (names.length < 2) return;
+    const states = names.map((name) => this.lines.get(name)!);
+    const oldest = states.reduce((a, b) => (compareStreamIds(b.ids[0], a.ids[0]) < 0 ? b : a));
+    const ids = [...new Set(states.flatMap((state) => state.ids))].sort(compareStreamIds);
+    const t = states.reduce((newest, state) => (compareStreamIds(state.t, newest) > 0 ? state.t : newest), oldest.t);
+    const failedSince = states.filter((state) => state.f > 0).map((state) => state.f);
+    const merged: ParkedLineState = { ...oldest, ids, t, f: oldest.f > 0 ? Math.min(...failedSince) : 0 };
+    for (const [i, name] of names.entries()) {
+      this.remove(name, states[i]);
+      this.changed.set(name, null);
+    }
+    this.add(own, merged);
+    this.mark(own, merged);
   }
 
   /**
@@ -166,7 +210,7 @@ export class ParkedLines {
     if (!state || compareStreamIds(entry.offset, state.t) <= 0) return;
     state.ids.push(entry.offset);
     state.t = entry.offset;
-    this.changed.set(line, state);
+    this.mark(line, state);
   }
 
   /**
@@ -199,11 +243,11 @@ export class ParkedLines {
     state.r = 0;
     const left = state.f + redelivery.maxAgeMs - at;
     if (left <= 0) {
-      this.changed.set(line, state);
+      this.mark(line, state);
       return 'give-up';
     }
     state.n = at + Math.min(left, this.delayMs(state));
-    this.changed.set(line, state);
+    this.mark(line, state);
     return 'parked';
   }
 
@@ -218,9 +262,10 @@ export class ParkedLines {
       return;
     }
     this.heads.set(state.ids[0], line);
+    this.headHeap.push(state.ids[0]);
     Object.assign(state, { a: 0, f: 0, n: 0, e: '', r: 0, c: 0, d: 0 });
     delete state.g;
-    this.changed.set(line, state);
+    this.mark(line, state);
   }
 
   /** A redelivery of the head of `line` starts: stored before it runs, so a crash during it is counted by the next owner. */
@@ -228,7 +273,7 @@ export class ParkedLines {
     const state = this.lines.get(line);
     if (!state) return;
     state.r = 1;
-    this.changed.set(line, state);
+    this.mark(line, state);
   }
 
   /** A redelivery was cut short (a stop): the head is due again, no attempt counted. */
@@ -236,7 +281,7 @@ export class ParkedLines {
     const state = this.lines.get(line);
     if (!state) return;
     state.r = 0;
-    this.changed.set(line, state);
+    this.mark(line, state);
   }
 
   /**
@@ -247,7 +292,7 @@ export class ParkedLines {
     for (const [line, state] of this.lines) {
       if (state.r !== 1) continue;
       state.r = 0;
-      this.changed.set(line, state);
+      this.mark(line, state);
     }
   }
 
@@ -261,12 +306,12 @@ export class ParkedLines {
       if (state.r !== 1) continue;
       state.r = 0;
       if (spared.has(state.ids[0])) {
-        this.changed.set(line, state);
+        this.mark(line, state);
         continue;
       }
       state.c++;
       state.n = 0;
-      this.changed.set(line, state);
+      this.mark(line, state);
     }
   }
 
@@ -280,7 +325,7 @@ export class ParkedLines {
         state.g = 1;
       }
       state.n = 0;
-      this.changed.set(line, state);
+      this.mark(line, state);
       count++;
     }
     return count;
@@ -316,32 +361,67 @@ export class ParkedLines {
     return this.lines.get(line);
   }
 
-  /** Lines due now (except `busy` ones), oldest due first, and when the next one that is not falls due (Redis clock ms), if any. */
-  due(busy?: ReadonlyMap<string, unknown>): { lines: string[]; nextAt?: number } {
+  /**
+   * Lines due now, oldest due first, and when the next one falls due (Redis clock ms), if any. The lines
+   * handed out are taken out of the due index, and so are `busy` ones found due (not handed out): the
+   * caller gives each back with `requeue` once it is no longer running. At most `limit` lines; the
+   * others stay due. A heap, not a sort of every line: with thousands of lines cycling through their
+   * tiers this runs at every line's end.
+   */
+  due(busy?: ReadonlyMap<string, unknown>, limit = Infinity): { lines: string[]; nextAt?: number } {
     const at = this.config.now();
-    const ready: Array<[string, number]> = [];
-    let nextAt: number | undefined;
-    for (const [line, state] of this.lines) {
-      if (busy?.has(line)) continue;
-      if (state.n <= at) ready.push([line, state.n]);
-      else nextAt = nextAt === undefined ? state.n : Math.min(nextAt, state.n);
+    const ready: string[] = [];
+    while (ready.length < limit) {
+      const top = this.dueHeap.peek();
+      if (!top) break;
+      const [n, line] = top;
+      if (this.dueAt.get(line) !== n) {
+        this.dueHeap.pop(); // stale: the line's time changed, or it is not indexed
+        continue;
+      }
+      if (n > at) break;
+      this.dueHeap.pop();
+      this.dueAt.delete(line);
+      if (!busy?.has(line)) ready.push(line);
     }
-    ready.sort((a, b) => a[1] - b[1]);
-    return { lines: ready.map(([line]) => line), nextAt };
+    if (this.dueHeap.size > 2 * this.dueAt.size + 1024) this.dueHeap.filter(([n, line]) => this.dueAt.get(line) === n);
+    return { lines: ready, nextAt: this.dueHeap.peek()?.[0] };
   }
 
-  /** The lines changed since the last call, as the commit script takes them: field and state, `''` for a released line. */
+  /** A line `due` took out of the index (handed out, or busy) is indexed again at its due time: its run ended. */
+  requeue(line: string): void {
+    const state = this.lines.get(line);
+    if (state) this.index(line, state);
+  }
+
+  /** The oldest parked id (the first of the oldest line), which retention keeps; undefined when nothing is parked. */
+  get floor(): string | undefined {
+    for (;;) {
+      const top = this.headHeap.peek();
+      if (top === undefined || this.heads.has(top)) return top;
+      this.headHeap.pop();
+    }
+  }
+
+  /**
+   * The lines changed since the last call, as the commit script takes them: field and state, `''` for a
+   * released line, then the floor (`PARKED_FLOOR_FIELD`, `''` when nothing is parked), so the script
+   * writes it without reading every line back.
+   */
   takeChanges(): Array<[string, string]> {
     if (this.changed.size === 0) return [];
     const changes: Array<[string, string]> = [];
     for (const [line, state] of this.changed) changes.push([PARKED_FIELD_PREFIX + line, state ? JSON.stringify(state) : '']);
     this.changed.clear();
+    if (this.headHeap.size > 2 * this.heads.size + 1024) this.headHeap.filter((id) => this.heads.has(id));
+    changes.push([PARKED_FLOOR_FIELD, this.floor ?? '']);
     return changes;
   }
 
-  /** Changes taken by a commit that did not land: written again with the next one. */
+  /** Changes taken by a commit that did not land: written again with the next one (the floor is worked out again). */
   restore(changes: ReadonlyArray<readonly [string, string]>): void {
     for (const [field] of changes) {
+      if (!field.startsWith(PARKED_FIELD_PREFIX)) continue;
       const line = field.slice(PARKED_FIELD_PREFIX.length);
       if (!this.changed.has(line)) this.changed.set(line, this.lines.get(line) ?? null);
     }
@@ -352,6 +432,8 @@ export class ParkedLines {
     if (old) this.remove(line, old);
     this.lines.set(line, state);
     this.heads.set(state.ids[0], line);
+    this.headHeap.push(state.ids[0]);
+    this.index(line, state);
     if (line.startsWith('m:')) {
       const lines = this.byKey.get(state.k) ?? new Set<string>();
       this.byKey.set(state.k, lines.add(line));
@@ -360,9 +442,22 @@ export class ParkedLines {
 
   private remove(line: string, state: ParkedLineState): void {
     this.lines.delete(line);
+    this.dueAt.delete(line);
     if (state.ids.length > 0 && this.heads.get(state.ids[0]) === line) this.heads.delete(state.ids[0]);
     const lines = this.byKey.get(state.k);
     if (lines?.delete(line) && lines.size === 0) this.byKey.delete(state.k);
+  }
+
+  /** `line` changed: stored with the next commit, and indexed at its (maybe new) due time. */
+  private mark(line: string, state: ParkedLineState): void {
+    this.changed.set(line, state);
+    if (this.lines.get(line) === state) this.index(line, state);
+  }
+
+  private index(line: string, state: ParkedLineState): void {
+    if (this.dueAt.get(line) === state.n) return;
+    this.dueAt.set(line, state.n);
+    this.dueHeap.push([state.n, line]);
   }
 
   /**

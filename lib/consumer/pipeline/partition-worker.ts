@@ -467,6 +467,8 @@ export class PartitionWorker {
       stop: this.stop,
       stats,
       maxDeliveries: options.maxDeliveries,
+      batchSize: options.batchSize,
+      concurrency: options.concurrency,
       persist: (handledIds) => this.persistParked(handledIds),
       isDone: options.enableIdempotency ? async (entry) => (await this.doneIds([entry])).has(entry.id) : undefined,
     });

@@ -23,12 +23,16 @@
           both included ("" when unknown)
   ARGV[8] "1" to check the position against XINFO STREAM now (the caller
           asks for it now and then), else "0"
-  ARGV[9] n: how many parked lines change in this commit ("0" on the happy path)
+  ARGV[9] n: how many pairs follow, parked lines that change in this commit
+          and the floor ("0" on the happy path)
   ARGV[10..9+2n] pairs of a parked line's field ("park:<line>") and its new
           state (JSON), or "" when the line is released. Written in the same
           step as the offset: an entry is never committed past before the line
-          that holds it is stored. The "parkedFloor" field (the oldest parked
-          entry, which retention keeps) is worked out again from every line.
+          that holds it is stored. The last pair may be "parkedFloor" and the
+          oldest parked id (which retention keeps), "" when nothing is parked:
+          the caller holds every line and knows it. Without that pair the
+          floor is worked out again from every line of the hash (HGETALL:
+          O(lines), 250 ms at 20,000 lines).
   ARGV[10+2n..] event ids to mark done
 
   Returns 1 committed (or already at/after that id), 0 fenced (lease lost).
@@ -74,8 +78,12 @@ local advance = (not current) or idCompare(offset, checked(current, "the committ
 
 local parkedChanges = tonumber(ARGV[9]) or error("eventrail commitOffset: the parked-line count is not a number: " .. tostring(ARGV[9]))
 local firstId = 10 + 2 * parkedChanges
+local givenFloor
 for i = 10, firstId - 1, 2 do
-  if string.sub(ARGV[i], 1, 5) ~= "park:" then
+  if ARGV[i] == "parkedFloor" and i == firstId - 2 then
+    if ARGV[i + 1] ~= "" then checked(ARGV[i + 1], "the parked floor") end
+    givenFloor = ARGV[i + 1]
+  elseif string.sub(ARGV[i], 1, 5) ~= "park:" then
     error("eventrail commitOffset: not a parked line field: " .. ARGV[i])
   end
 end
@@ -134,22 +142,25 @@ if advance then
 end
 -- Parked lines: set or released, then the floor (the first id of the oldest line) again.
 if parkedChanges > 0 then
-  for i = 10, firstId - 1, 2 do
+  local lastLine = givenFloor and firstId - 4 or firstId - 2
+  for i = 10, lastLine, 2 do
     if ARGV[i + 1] == "" then
       rcall("HDEL", KEYS[4], ARGV[i])
     else
       rcall("HSET", KEYS[4], ARGV[i], ARGV[i + 1])
     end
   end
-  local floor
-  local fields = rcall("HGETALL", KEYS[4])
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 5) == "park:" then
-      local first = string.match(fields[i + 1], '"ids":%["(%d+%-%d+)"')
-      if first and (not floor or idCompare(first, floor) < 0) then floor = first end
+  local floor = givenFloor
+  if not floor then
+    local fields = rcall("HGETALL", KEYS[4])
+    for i = 1, #fields, 2 do
+      if string.sub(fields[i], 1, 5) == "park:" then
+        local first = string.match(fields[i + 1], '"ids":%["(%d+%-%d+)"')
+        if first and (not floor or idCompare(first, floor) < 0) then floor = first end
+      end
     end
   end
-  if floor then
+  if floor and floor ~= "" then
     rcall("HSET", KEYS[4], "parkedFloor", floor)
   else
     rcall("HDEL", KEYS[4], "parkedFloor")
