@@ -4,6 +4,7 @@ import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailPublishe
 import { renderGroup } from '../../lib/cli/commands/group.view';
 import { evaluateGroup } from '../../lib/health/group-health';
 import { EventrailKeys } from '../../lib/redis/keys';
+import { DurableRedis } from '../faults/support/durable-redis';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -268,4 +269,51 @@ describe('revoked leases under attack (in-process workers)', () => {
     const firstDone = Math.min(...after.filter((c) => c.n === 1 && c.end).map((c) => c.end!));
     expect(after.filter((c) => c.n === 2).every((c) => c.start >= firstDone)).toBe(true);
   });
+});
+
+describe('a revoked lease through a Redis restart (AOF)', () => {
+  let server: DurableRedis;
+  const apps: INestApplicationContext[] = [];
+
+  beforeEach(async () => {
+    server = await DurableRedis.start();
+    calls.length = 0;
+    gates.clear();
+    slowFirstCall.clear();
+  });
+
+  afterEach(async () => {
+    for (const g of gates.values()) g.open();
+    for (const app of apps.splice(0)) await app.close();
+    await server.destroy();
+  });
+
+  it('a forced reset, then Redis killed and restarted while the holder ends its handler: the partition comes back within a lockTtlMs of Redis answering, nothing lost', async () => {
+    const lockTtlMs = 2_000;
+    const options = { redis: server.url, prefix: uniquePrefix('revoke-restart'), partitions: 1 };
+    const first = await createApp(options, [ledger('first', { lockTtlMs })]);
+    apps.push(first);
+    apps.push(await createApp(options, [ledger('second', { lockTtlMs })]));
+    const open = gate(1);
+    await first.get(EventrailPublisher).publishMany([1, 2, 3].map((n) => ({ event: EVENT, data: { n } })));
+    await waitFor(() => calls.some((c) => c.n === 1), 'entry 1 started');
+
+    await first.get(EventrailAdmin).resetOffsets(GROUP, 'start', { force: true });
+    const resetAt = performance.now();
+    // The holder's handler ends while Redis is down: it cannot clear its revoked lease.
+    const restart = server.crashAndRestart(500);
+    open();
+    await restart;
+    const backAt = performance.now();
+    // What the holder started after the reset was fenced: every entry is handled again once Redis is back.
+    await waitFor(
+      () => [1, 2, 3].every((n) => calls.some((c) => c.n === n && c.start > backAt && c.end)),
+      'every entry handled again',
+      20_000,
+    );
+    const firstAgain = Math.min(...calls.filter((c) => c.start > backAt).map((c) => c.start));
+    expect(firstAgain - backAt).toBeLessThan(lockTtlMs + lockTtlMs / 3 + 500);
+    const runs = ownerRuns(calls.filter((c) => c.start > resetAt));
+    expect(new Set(runs).size).toBe(runs.length);
+  }, 40_000);
 });
