@@ -2,7 +2,8 @@
  * A worker killed (SIGKILL, by pid) while it redelivers a parked head: the next owner counts the
  * redelivery as a delivery, redelivers the head, and the key's later messages follow it in order.
  * The same file is the worker process (PARKED_ATTACK_CHILD=1): its handler fails while the key is in
- * `<prefix>:test:down`, waits while `<prefix>:test:hold` exists, and records calls and successes in Redis
+ * `<prefix>:test:down`, waits while `<prefix>:test:hold` exists (or its message is in `<prefix>:test:hold-names`),
+ * and records calls and successes in Redis
  * so the record survives the kill.
  */
 import 'reflect-metadata';
@@ -38,7 +39,9 @@ async function child(): Promise<void> {
     async handle(message: EventrailMessage<Data>): Promise<void> {
       const name = `${message.data.key}${message.data.n}`;
       await records.rpush(`${prefix}:test:calls`, name);
-      while ((await records.exists(`${prefix}:test:hold`)) === 1) await new Promise((resolve) => setTimeout(resolve, 20));
+      const held = async () =>
+        (await records.exists(`${prefix}:test:hold`)) === 1 || (await records.sismember(`${prefix}:test:hold-names`, name)) === 1;
+      while (await held()) await new Promise((resolve) => setTimeout(resolve, 20));
       if ((await records.sismember(`${prefix}:test:down`, message.data.key)) === 1) throw new Error(`${message.data.key} is down`);
       await records.rpush(`${prefix}:test:handled`, name);
     }
@@ -160,5 +163,37 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
       expect(letters.map((l) => [l.key, (l.data as Data).n, l.reason])).toEqual([['A', 1, 'max-deliveries']]);
       expect((await handled()).filter((n) => n.startsWith('A'))).toEqual(['A2']);
     }, 60_000);
+
+    // A released line drains a batch of its messages between two writes of it, so a kill inside the batch
+    // is counted on the batch's first message; the next owner then goes one message at a time, so the
+    // message that kills workers is the one dead-lettered, not the batch's first (handled again instead).
+    it('a message that kills its workers deep in a draining line is the one dead-lettered; the others are handled in order', async () => {
+      let worker = await startWorker(2);
+      await redis.sadd(`${prefix}:test:down`, 'A');
+      const names = Array.from({ length: 8 }, (_, i) => `A${i + 1}`);
+      await publish([...names, 'B1']);
+      await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 8, 'A1-A8 parked; B1 handled');
+      await redis.sadd(`${prefix}:test:hold-names`, 'A5');
+      await redis.srem(`${prefix}:test:down`, 'A');
+      const admin = publisherApp!.get(EventrailAdmin);
+      const callsOfA5 = async () => (await calls()).filter((n) => n === 'A5').length;
+      // Each round: A5 starts and hangs (the kill stands for a crash), or the new owner dead-letters it.
+      for (let kills = 0; ; kills++) {
+        const before = await callsOfA5();
+        await waitFor(async () => (await callsOfA5()) > before || (await admin.deadLetterCount(GROUP)) > 0, 'A5 called or dead-lettered');
+        if ((await admin.deadLetterCount(GROUP)) > 0) break;
+        // maxDeliveries 2, plus the kill counted on the batch's first message.
+        expect(kills).toBeLessThan(3);
+        await waitFor(async () => (await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'))?.includes('"r":1'), 'the running batch stored');
+        await kill(worker);
+        worker = await startWorker(2);
+      }
+      await waitFor(async () => (await handled()).includes('A8'), 'A8 handled', 30_000);
+      const letters = await admin.deadLetters(GROUP);
+      expect(letters.map((l) => [l.key, (l.data as Data).n, l.reason])).toEqual([['A', 5, 'max-deliveries']]);
+      // At least once: messages of the killed batch may be handled again, but first in order.
+      expect([...new Set((await handled()).filter((n) => n.startsWith('A')))]).toEqual(['A1', 'A2', 'A3', 'A4', 'A6', 'A7', 'A8']);
+      expect(await callsOfA5()).toBeLessThanOrEqual(3);
+    }, 90_000);
   });
 }
