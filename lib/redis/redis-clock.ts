@@ -4,13 +4,19 @@
  * scripts), so a process that compares them with its own clock is wrong by
  * its skew: a worker ten minutes ahead took every done-mark of a ten-minute
  * TTL for expired and handled duplicates. The offset is learnt from the
- * `TIME` replies each heartbeat reads anyway (no extra command), taken at
- * the midpoint of the round trip, so it is off by at most half of one.
+ * `TIME` replies each heartbeat reads anyway (no extra command). A reply
+ * says Redis read its clock somewhere within the round trip: a quick one is
+ * taken at its midpoint; a slow one (a stalled Redis, a loaded host) only
+ * moves the offset as far as it must to fit inside its round trip, so one
+ * heartbeat held up for seconds does not skew the clock by half of that
+ * (it had made a parked message give up its redelivery budget 750 ms early).
  * Until the first reply, the local clock stands in.
  */
 export class RedisClock {
   /** Redis's clock minus this process's monotonic clock (`performance.now()`), as last observed. */
   private base?: number;
+  /** The round trip of the reply `base` was last taken from (its error is at most half of it). */
+  private baseRoundTrip = Infinity;
 
   /**
    * Records a `TIME` reply (`redisMs`) to a command sent at `sentAt` and
@@ -19,7 +25,16 @@ export class RedisClock {
    * between two heartbeats does not move it.
    */
   observe(redisMs: number, sentAt: number, receivedAt: number): void {
-    this.base = redisMs - (sentAt + receivedAt) / 2;
+    const roundTrip = receivedAt - sentAt;
+    // Redis read its clock between sentAt and receivedAt: base lies within these.
+    const low = redisMs - receivedAt;
+    const high = redisMs - sentAt;
+    if (this.base === undefined || roundTrip <= QUICK_ROUND_TRIP_MS || roundTrip <= 2 * this.baseRoundTrip) {
+      this.base = (low + high) / 2;
+      this.baseRoundTrip = roundTrip;
+      return;
+    }
+    this.base = Math.min(Math.max(this.base, low), high);
   }
 
   /** Now on the Redis clock, ms (the local wall clock until the first reply). */
@@ -32,3 +47,6 @@ export class RedisClock {
     return redisMs - (this.now() - Date.now());
   }
 }
+
+/** A round trip this short is taken at its midpoint whatever came before: off by at most 5 ms. */
+const QUICK_ROUND_TRIP_MS = 10;

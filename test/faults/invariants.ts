@@ -113,8 +113,9 @@ export function ref(partition: number, offset: string): string {
  * - idempotency: in fuzz-idem, no handler call started after the event's done-mark was committed;
  * - replay-target: a replayed entry is handled by its group alone;
  * - refusals: a publish called and settled while Redis was full (and answering) rejected with
- *   `RedisFullError` (`publishMany`: a PublishManyError caused by one), and no event a publish
- *   said was not appended is in the log;
+ *   `RedisFullError` (`publishMany`: a PublishManyError caused by one), or with `RedisUnavailableError`
+ *   when it started within ioredis's reconnect backoff after an outage (its connection was not back), and
+ *   no event a publish said was not appended is in the log;
  * - workers: no worker died but by the test's hand; drained: the groups caught up.
  */
 export function checkRun(run: RunRecord): Violation[] {
@@ -299,6 +300,9 @@ function checkIdempotency(run: RunRecord, add: Add): void {
   }
 }
 
+/** ioredis's longest reconnect delay (its default retryStrategy: 50 ms more per try, at most 2 s) and some slack. */
+const RECONNECT_BACKOFF_MS = 2_500;
+
 function checkRefusals(run: RunRecord, add: Add): void {
   const inLog = new Map(run.log.flat().map((e) => [e.data.n, e]));
   const within = (call: PublishCall, w: Window): boolean => call.from >= w.from && w.to !== 0 && call.to <= w.to;
@@ -312,6 +316,10 @@ function checkRefusals(run: RunRecord, add: Add): void {
     const full = (run.fills ?? []).some((w) => within(call, w));
     if (!full || (run.outages ?? []).some((w) => overlaps(call, w))) continue;
     const expected = call.many ? 'PublishManyError(RedisFullError)' : 'RedisFullError';
+    // Redis back up, but the publisher's connection still waiting out its reconnect delay: it cannot know Redis is full.
+    const reconnecting = (run.outages ?? []).some((w) => w.to !== 0 && call.from >= w.to && call.from - w.to <= RECONNECT_BACKOFF_MS);
+    const unconnected = call.many ? 'PublishManyError(RedisUnavailableError)' : 'RedisUnavailableError';
+    if (reconnecting && (call.error === unconnected || call.error === 'RedisUnavailableError')) continue;
     if (call.error !== expected)
       add(
         'refusals',
