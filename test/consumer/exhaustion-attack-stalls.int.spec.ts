@@ -1,6 +1,7 @@
-import { Injectable, INestApplicationContext } from '@nestjs/common';
+import { Injectable, INestApplicationContext, Logger } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailAdmin, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
+import { compareStreamIds } from '../../lib/wire/stream-id';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 
@@ -58,12 +59,13 @@ describe('a stall that repeats on one entry', () => {
     redis.disconnect();
   });
 
-  // Found by an attack: when a process taking back its own lapsed lease counted no delivery at all, an entry
-  // whose handler blocks the event loop past lockTtlMs every time was never counted: its result fenced (the lease
-  // lapsed), the same process took the lease back, read it again, and so on without end (10 calls of entry 1 in
-  // about 11 s, no dead letter, entry 2 never handled). Now only entries whose failed calls ended under the lapsed
-  // lease are spared; this one's calls all outlive it, so each take-back counts.
-  it('an entry whose handling always blocks past the lease is not handled without end', async () => {
+  // A documented limit (docs/reference/guarantees.md): a process taking back its own lapsed lease counts no delivery
+  // (a stall of a live process is not a crash), so an entry whose handler blocks the event loop past lockTtlMs every
+  // time is never dead-lettered by maxDeliveries: its result is fenced (the lease lapsed), the same process takes the
+  // lease back, reads it again, and so on without end (10 calls of entry 1 in about 11 s, no dead letter, entry 2
+  // never handled). Counting such take-backs (053f01c) bounded it but dead-lettered healthy entries whose calls were
+  // caught by stalls (test/consumer/stall-count-attack.int.spec.ts); the warning below is how an operator finds it.
+  it.skip('an entry whose handling always blocks past the lease is not handled without end', async () => {
     app = await createApp({ prefix }, [Renderer]);
     const publisher = app.get(EventrailPublisher);
     await publisher.publish('page.render', { n: 1, heavy: true });
@@ -82,5 +84,30 @@ describe('a stall that repeats on one entry', () => {
     );
     expect(world.finished).toContain(2);
     expect(heavyCalls).toBeLessThanOrEqual(MAX_DELIVERIES + 1);
+  });
+
+  it('an entry whose handling always blocks past the lease is named in a warning after 3 take-backs at its offset', async () => {
+    const warnings: string[] = [];
+    const spy = jest.spyOn(Logger.prototype, 'warn').mockImplementation((message: unknown) => {
+      warnings.push(String(message));
+    });
+    try {
+      app = await createApp({ prefix }, [Renderer]);
+      const [published] = await app.get(EventrailPublisher).publishMany([{ event: 'page.render', data: { n: 1, heavy: true } }]);
+      await waitFor(
+        () => warnings.some((w) => w.includes('lease lapsed 3 times in a row')),
+        () => `the warning (calls of entry 1 so far: ${world.calls.length}; warnings: ${JSON.stringify(warnings)})`,
+        30_000,
+      );
+      const warning = warnings.find((w) => w.includes('lease lapsed 3 times in a row'))!;
+      const [, offset] =
+        /^Group "renderer" partition \d+: its lease lapsed 3 times in a row with the offset at (\d+-\d+);/.exec(warning) ?? [];
+      // The offset it names is the one before the blocking entry: the entry after it is the one to look at.
+      expect(offset).toBeDefined();
+      expect(compareStreamIds(offset, published.offset)).toBeLessThan(0);
+      expect(warning).toContain('keep CPU-bound work off the event loop');
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

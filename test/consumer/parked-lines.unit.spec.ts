@@ -223,16 +223,6 @@ describe('ParkedLines', () => {
     expect(parked.state('k:A')).toMatchObject({ r: 0, c: 3, n: 0 });
   });
 
-  it('spares a running redelivery whose head made progress under the lapsed lease of this process: cleared, not counted', () => {
-    const parked = lines('key', { now: 100 });
-    const running = (id: string, key: string): string =>
-      JSON.stringify({ ids: [id], k: key, a: 4, f: 1, n: 99_999, e: 'x', t: id, r: 1, c: 1 });
-    parked.load({ 'park:k:A': running('1-0', 'A'), 'park:k:B': running('2-0', 'B') });
-    parked.countCrashes(new Set(['2-0']));
-    expect(parked.state('k:A')).toMatchObject({ r: 0, c: 2, n: 0 });
-    expect(parked.state('k:B')).toMatchObject({ r: 0, c: 1, n: 99_999 });
-  });
-
   it("applies an operator's give-up only to the heads it names, so a command applied twice never gives up the next one", () => {
     const parked = lines('key', { now: 1 });
     parked.failed(entry('1-0', 'A'), failure());

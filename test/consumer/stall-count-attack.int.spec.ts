@@ -147,11 +147,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
     (await admin.deadLetters('jobs')).map((d) => `${(d.data as Data).n} ${d.reason} (${d.attempts} attempts)`);
 
   describe('stalls that come and go', () => {
-    // Fails (2 of 2 runs): a take-back counts the entry whose call was in flight (its call ended after the lease
-    // lapsed, through no fault of its own), so two GC pauses landing in its 200 ms I/O dead-letter a healthy entry:
-    // calls [1,1], 2 lease losses, dead letters ["1 max-deliveries (2 attempts)"], about 2.3 s. Before the change
-    // it was handled at its third call.
-    it.skip("'partition': a healthy entry whose call is slow (I/O) and in flight at each of 3 GC pauses is not dead-lettered", async () => {
+    // Failed while a take-back of its own lapsed lease counted entries whose calls outlived it (053f01c):
+    // (2 of 2 runs): a take-back counts the entry whose call was in flight (its call ended after the lease lapsed,
+    // through no fault of its own), so two GC pauses landing in its 200 ms I/O dead-letter a heal ...; a live
+    // process's stalls now count nothing.
+    it("'partition': a healthy entry whose call is slow (I/O) and in flight at each of 3 GC pauses is not dead-lettered", async () => {
       world.behave = async (n, earlier) => {
         if (n !== 1) return;
         if (earlier < STALLS) pauseProcessSoon(30);
@@ -174,10 +174,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
       expect(world.finished).toEqual(expect.arrayContaining([1, 2]));
     });
 
-    // Fails (2 of 2 runs): the handler's own Redis read waits out each pause, so its call ends after the lease
-    // lapsed and the take-back counts it: calls [1,1,2], 2 lease losses, dead letters ["1 max-deliveries
-    // (2 attempts)"] after about 2.3 s, with maxRetryAgeMs 600,000 (the runbook says "however often its worker stalls").
-    it.skip("'partition': an entry retrying by time whose own Redis call is caught by each of 3 Redis pauses is not dead-lettered", async () => {
+    // Failed while a take-back of its own lapsed lease counted entries whose calls outlived it (053f01c):
+    // (2 of 2 runs): the handler's own Redis read waits out each pause, so its call ends after the lease lapsed and
+    // the take-back counts it: calls [1,1,2], 2 lease losses, dead letters ["1 max-deliveries (2 ...; a live
+    // process's stalls now count nothing.
+    it("'partition': an entry retrying by time whose own Redis call is caught by each of 3 Redis pauses is not dead-lettered", async () => {
       const dependency = new Redis(testRedisUrl());
       const pauser = new Redis(testRedisUrl());
       try {
@@ -209,10 +210,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
       }
     });
 
-    // Fails (2 of 2 runs): the first pause is spared (the parking call ended under the lease), the next ones are
-    // counted, since the worker that took the lease back never saw a call of the head end before the next pause:
-    // calls [1,1,1,1,2], 3 lease losses, dead letters ["1 max-deliveries (2 attempts)"], about 3.4 s.
-    it.skip("'key': a parked head whose slow redeliveries are each caught by a GC pause, 3 in a row, is not dead-lettered", async () => {
+    // Failed while a take-back of its own lapsed lease counted entries whose calls outlived it (053f01c):
+    // (2 of 2 runs): the first pause is spared (the parking call ended under the lease), the next ones are counted,
+    // since the worker that took the lease back never saw a call of the head end before the next ...; a live
+    // process's stalls now count nothing.
+    it("'key': a parked head whose slow redeliveries are each caught by a GC pause, 3 in a row, is not dead-lettered", async () => {
       world.behave = async (n, earlier) => {
         if (n !== 1) return;
         if (earlier === 0) throw new Error('first try fails: parked');
@@ -239,7 +241,7 @@ describe('counting deliveries at a take-back of its own lease', () => {
 
     // Fails: as for a single handler, the batch in flight at each pause is counted: calls [1,2,3] then [1,2],
     // 2 lease losses, dead letters ["1 max-deliveries (2 attempts)"], about 2.4 s.
-    it.skip('batch handler: a healthy slow batch in flight at each of 3 GC pauses is not dead-lettered', async () => {
+    it('batch handler: a healthy slow batch in flight at each of 3 GC pauses is not dead-lettered', async () => {
       world.behave = async (n, earlier) => {
         if (n !== 1) return;
         if (earlier < STALLS) pauseProcessSoon(30);
@@ -267,13 +269,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
       expect(await reasons(admin)).toEqual([]);
     });
 
-    // Fails (5 of 5 runs, entry 21 not handled within 30 s): entries 1-20 are handled, but entry 21, published
-    // 1 ms after the fourth pause ended, is dead-lettered as max-deliveries (2 attempts) without ever being called (the mechanism of the idle test
-    // below: the lapsed worker, still in the recovery window of its previous take-back, counts it, and the worker
-    // taking the lease back counts it again). Losses at 3464, 5452, 7451, 9470 ms; entry 21 published at 9463 ms.
-    // With pauses every 1.2 s and the slow call 1.5 s: dead letters ["1 max-deliveries (2 attempts)",
-    // "5 max-deliveries (2 attempts)"], entry 1 a 20 ms healthy call.
-    it.skip("'unordered' with concurrency 4: GC pauses every 2 s over a stream where one healthy call takes 800 ms dead-letter nothing", async () => {
+    // Failed while a take-back of its own lapsed lease counted entries whose calls outlived it (053f01c):
+    // (5 of 5 runs, entry 21 not handled within 30 s): entries 1-20 are handled, but entry 21, published 1 ms after
+    // the fourth pause ended, is dead-lettered as max-deliveries (2 attempts) without ever being ...; a live
+    // process's stalls now count nothing.
+    it("'unordered' with concurrency 4: GC pauses every 2 s over a stream where one healthy call takes 800 ms dead-letter nothing", async () => {
       world.behave = async (n) => {
         await settle(n === 5 ? 800 : 20);
       };
@@ -321,11 +321,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
       expect(await reasons(admin)).toEqual([]);
     });
 
-    // Fails (4 of 4 runs): no handler runs at either pause, yet entry 2, published right after the second, is
-    // dead-lettered as max-deliveries (2 attempts) and never called: calls [1], 2 lease losses (about 1.1 s apart),
-    // about 2.3 s. A take-back of its own lease now opens a recovery window (one batch's length) in which every
-    // entry is counted before it starts, also by a worker whose lease has lapsed and which will not call it.
-    it.skip("'partition': an entry published right after a GC pause of an idle worker that took its lease back once is handled", async () => {
+    // Failed while a take-back of its own lapsed lease counted entries whose calls outlived it (053f01c):
+    // (4 of 4 runs): no handler runs at either pause, yet entry 2, published right after the second, is dead-
+    // lettered as max-deliveries (2 attempts) and never called: calls [1], 2 lease losses (about 1.1 s ...; a live
+    // process's stalls now count nothing.
+    it("'partition': an entry published right after a GC pause of an idle worker that took its lease back once is handled", async () => {
       const { publisher, admin } = await start(PartitionOrder);
       const began = performance.now();
       await publisher.publish('job.run', { key: 'a', n: 1 }, { key: 'a' });
@@ -470,7 +470,11 @@ describe('counting deliveries at a take-back of its own lease', () => {
       expect(callsOf(blocker)).toBeLessThanOrEqual(bound);
     };
 
-    it("'partition': an async handler that awaits, then blocks the event loop, is dead-lettered and the next entries go on", async () => {
+    // Skipped, a documented limit (docs/reference/guarantees.md): stalls of a live process count nothing towards
+    // maxDeliveries, so an entry whose handler blocks the event loop past lockTtlMs on every call is tried again and
+    // again (the GroupConsumer warns after 3 take-backs at one offset; test/consumer/exhaustion-attack-stalls). These
+    // four passed while take-backs counted such entries (053f01c), which dead-lettered healthy ones caught by stalls.
+    it.skip("'partition': an async handler that awaits, then blocks the event loop, is dead-lettered and the next entries go on", async () => {
       world.behave = async (n) => {
         await settle(20);
         if (n === 1) blockEventLoop(STALL_MS);
@@ -478,7 +482,7 @@ describe('counting deliveries at a take-back of its own lease', () => {
       await expectBounded(PartitionOrder, 1, 3, () => 'a');
     });
 
-    it("'key' with concurrency 4, the blocker third in the fetch among keys that succeed", async () => {
+    it.skip("'key' with concurrency 4, the blocker third in the fetch among keys that succeed", async () => {
       world.behave = async (n) => {
         await settle(5);
         if (n === 3) blockEventLoop(STALL_MS);
@@ -486,7 +490,7 @@ describe('counting deliveries at a take-back of its own lease', () => {
       await expectBounded(KeyOrder, 3, 12);
     });
 
-    it("'unordered' with concurrency 4, the blocker third in the fetch among entries that succeed", async () => {
+    it.skip("'unordered' with concurrency 4, the blocker third in the fetch among entries that succeed", async () => {
       world.behave = async (n) => {
         await settle(5);
         if (n === 3) blockEventLoop(STALL_MS);
@@ -494,14 +498,15 @@ describe('counting deliveries at a take-back of its own lease', () => {
       await expectBounded(Unordered, 3, 12);
     });
 
-    it('batch handler: a batch holding the blocker blocks the event loop each time', async () => {
+    it.skip('batch handler: a batch holding the blocker blocks the event loop each time', async () => {
       world.behave = async (n) => {
         if (n === 3) blockEventLoop(STALL_MS);
       };
       await expectBounded(Batches, 3, 8, () => 'a');
     });
 
-    // Fails (5 of 5 runs that logged): the blocking head (entry 3) is dead-lettered after 4 calls as expected, but each blocking
+    // Skipped, the same documented limit. Measured while take-backs counted (053f01c):
+    // the blocking head (entry 3) is dead-lettered after 4 calls as expected, but each blocking
     // redelivery also lapses the lease under the main stream, and the healthy entry in hand there is counted at each
     // take-back: entry 13 (or 14) of another key is dead-lettered as max-deliveries, in 4 runs twice
     // (["13 max-deliveries (2 attempts)", "3 max-deliveries (2 attempts)", "13 max-deliveries (3 attempts)"]); in

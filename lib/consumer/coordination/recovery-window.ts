@@ -14,11 +14,11 @@ export type DeliveryVerdict = 'handle' | 'dead-lettered' | 'retry';
 
 /**
  * Crash-loop detection, paid for only after a takeover. When a worker takes
- * over a partition whose previous owner did not release it (it died, or froze
- * or lost Redis long enough; a process taking back its own lapsed lease
- * spares the entries that made progress under it, see GroupConsumer), entries
- * go one at a time for one batch's length: each is counted in Redis before it
- * starts and committed before the next, so a
+ * over a partition whose previous owner, another process, did not release it
+ * (it died, or froze or lost Redis long enough; a process taking back its
+ * own lapsed lease counts nothing, see GroupConsumer), entries go one at a
+ * time for one batch's length: each is counted in Redis before it starts and
+ * committed before the next, so a
  * message that kills every worker that handles it is the one whose count
  * grows, and it is dead-lettered unhandled once it reaches `maxDeliveries`.
  * The happy path counts nothing.
@@ -34,8 +34,6 @@ export class RecoveryWindow {
     private readonly sink: CrashLoopSink,
     /** The group's counters (`GroupStats`): a crash-looping entry counts as dead-lettered. */
     private readonly stats: { deadLettered: number },
-    /** Entries not counted: their calls ended under this process's own lease before it lapsed (see GroupConsumer). */
-    private readonly spared: ReadonlySet<string> = new Set(),
   ) {}
 
   get active(): boolean {
@@ -58,7 +56,6 @@ export class RecoveryWindow {
    * Redis could not be asked.
    */
   async countDelivery(entry: RawEntry | MalformedEntry): Promise<DeliveryVerdict> {
-    if (this.spared.has(entry.offset)) return 'handle';
     try {
       const deliveries = await this.lease.countDelivery(entry.offset);
       if (deliveries > 1 && deliveries < this.maxDeliveries) {

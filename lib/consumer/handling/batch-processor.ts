@@ -108,8 +108,6 @@ export class BatchProcessor {
           messages,
         );
       } catch (error) {
-        // The call ended: if the lease still holds, a stall of this process that follows is not this batch's doing.
-        stop.noteEnded(members[0].entry.offset);
         const now = new Date();
         this.metrics.emit('onHandlerError', this.group, members[0].entry.event, error, attempt);
         // Remembered under the batch's first entry: a batch after a restart starts at the same one.
@@ -194,7 +192,6 @@ export class BatchProcessor {
       } catch (caught) {
         error = caught;
       }
-      stop.noteEnded(member.entry.offset);
       this.metrics.emit('onHandlerError', this.group, member.entry.event, error, attempt);
       hasError = true;
     }

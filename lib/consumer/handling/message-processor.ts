@@ -198,8 +198,6 @@ export class MessageProcessor {
     attempt: number,
     firstFailure?: Date,
   ): Promise<Outcome> {
-    // The call ended: if the lease still holds, a stall of this process that follows is not this entry's doing.
-    stop.noteEnded(entry.offset);
     const now = new Date();
     this.metrics.emit('onHandlerError', this.group, entry.event, error, attempt);
     const firstFailedAt = firstFailure ?? (await this.delivery.failingSince(entry, partition, now, error));

@@ -296,19 +296,11 @@ export class ParkedLines {
     }
   }
 
-  /**
-   * Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called
-   * once, after `load`. A head in `spared` (its last call under this process's lapsed lease ended, so
-   * the stall was not its doing) is cleared instead.
-   */
-  countCrashes(spared: ReadonlySet<string> = NONE): void {
+  /** Lines whose redelivery a dead owner left running: each counts one crash and is due at once. Called once, after `load`. */
+  countCrashes(): void {
     for (const [line, state] of this.lines) {
       if (state.r !== 1) continue;
       state.r = 0;
-      if (spared.has(state.ids[0])) {
-        this.mark(line, state);
-        continue;
-      }
       state.c++;
       state.n = 0;
       this.mark(line, state);
@@ -509,5 +501,3 @@ export function parseLine(value: string): ParkedLineState | undefined {
   if (typeof s.d === 'number' && Number.isInteger(s.d) && s.d >= 0) state.d = s.d;
   return state;
 }
-
-const NONE: ReadonlySet<string> = new Set();

@@ -33,6 +33,9 @@ const READ_RECONNECT_GRACE_MS = 5_000;
  * partition. Membership (`GroupMembership`) and leases (`PartitionLease`)
  * know how they are kept in Redis; this class decides when.
  */
+/** Take-backs of its own lapsed lease in a row at one offset before each warning that names it. */
+const STALLS_BEFORE_WARNING = 3;
+
 export class GroupConsumer {
   private readonly logger = new Logger(GroupConsumer.name);
   private readonly workers = new Map<number, PartitionWorker>();
@@ -73,10 +76,10 @@ export class GroupConsumer {
   private stalled = '';
   private readonly commitListeners = new Set<(partition: number, offset: string) => void>();
   /**
-   * The last lease this process held per partition, with the offsets whose failed calls ended under it:
-   * a lease taken right after its own lapsed counts deliveries only for the entries that made no progress.
+   * The last lease this process held per partition, where it took it, and how many times in a row it
+   * took it back after its own lapsed at that same offset: a lease taken right after its own is no crash.
    */
-  private readonly lastHeld = new Map<number, { token: string; spared: ReadonlySet<string> }>();
+  private readonly lastHeld = new Map<number, { token: string; committed: string; stalls: number }>();
   /**
    * Partitions whose lease this process gave back because it could not open their read connection
    * (Redis at `maxclients`): why, and when (performance.now()) it tries them again.
@@ -507,20 +510,18 @@ export class GroupConsumer {
       this.logger.log(logRecord(msg, { group: this.name, partition }));
       this.reportUnread();
     }
-    // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died.
-    // An entry whose failed calls ended under that lease was making progress, so the stall was not its
-    // doing and no delivery is counted for it; one whose every call outlived the lease (a handler that
-    // blocks the event loop past lockTtlMs) is counted as after a crash, so maxDeliveries still bounds it.
-    // Another holder between, or another process (an earlier run of this one too): everything is counted.
+    // Its own lease lapsed while this process lived (a stall of its event loop or of Redis): nobody died
+    // handling the entry after the offset, so no delivery is counted. Another holder between, or another
+    // process (an earlier run of this one too), did not release it: that is counted.
     const previous = this.lastHeld.get(partition);
     const resumed = recovering && previous !== undefined && followsOwnLease(previous.token, lease.token);
     const crashed = recovering && !resumed;
+    const stalls = resumed && previous.committed === committed ? previous.stalls + 1 : 0;
     const parking = this.parkingFor(partition);
     const worker = new PartitionWorker({
       lease,
       committed,
-      recovering,
-      spared: resumed ? previous.spared : undefined,
+      recovering: crashed,
       stats: this.stats,
       metrics: this.metrics,
       redis: this.redis,
@@ -532,17 +533,25 @@ export class GroupConsumer {
       connection,
     });
     this.workers.set(partition, worker);
-    this.lastHeld.set(partition, { token: lease.token, spared: worker.endedWhileHeld });
+    this.lastHeld.set(partition, { token: lease.token, committed, stalls });
     worker.start((ended) => this.onWorkerEnd(ended));
     this.metrics.emit('onLeaseAcquired', this.name, partition);
     const how = crashed
       ? ' from a worker that did not release it (recovering one entry at a time, counting deliveries)'
       : resumed
-        ? ' again after its own lease lapsed (this process stalled past lockTtlMs or lost Redis; ' +
-          'deliveries are counted only for entries whose handler calls all outlived the lease)'
+        ? ' again after its own lease lapsed (this process stalled past lockTtlMs or lost Redis; not counted as a crash)'
         : '';
     const msg = `Group "${this.name}": took partition ${partition} at offset ${committed}${how}`;
     this.logger.log(logRecord(msg, { group: this.name, partition, offset: committed, recovering: crashed, resumed }));
+    if (stalls > 0 && stalls % STALLS_BEFORE_WARNING === 0) {
+      // Stalls are not counted towards maxDeliveries, so a handler that blocks the event loop past the lease on
+      // every call would be tried without end: this is how an operator finds it.
+      const warning =
+        `Group "${this.name}" partition ${partition}: its lease lapsed ${stalls} times in a row with the offset at ${committed}; ` +
+        `if a handler blocks the event loop past lockTtlMs (${this.options.lockTtlMs} ms) on the entry after it, ` +
+        'it is tried again and again (stalls of a live process are not counted towards maxDeliveries): keep CPU-bound work off the event loop';
+      this.logger.warn(logRecord(warning, { group: this.name, partition, offset: committed, stalls }));
+    }
     return true;
   }
 

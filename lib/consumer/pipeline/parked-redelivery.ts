@@ -191,11 +191,7 @@ export class ParkedRedelivery {
         lines.abandoned(line);
         return this.flush(handled);
       }
-      if (outcome === PARKED) {
-        // The head's call ended and failed: noted for the recovery after a stall of this process (see StopSignal).
-        this.params.stop.noteEnded(entry.offset);
-        return this.flush(handled);
-      }
+      if (outcome === PARKED) return this.flush(handled);
       if (outcome === HANDLED) {
         stats.handled++;
         if (!isMalformed(entry)) handled.push(entry.id);
@@ -257,10 +253,7 @@ export class ParkedRedelivery {
         lines.abandoned(line);
         return this.flush(handled);
       }
-      if (outcome === PARKED) {
-        stop.noteEnded(entry.offset);
-        return this.flush(handled);
-      }
+      if (outcome === PARKED) return this.flush(handled);
       if (outcome === HANDLED) {
         stats.handled++;
         if (!isMalformed(entry)) handled.push(entry.id);

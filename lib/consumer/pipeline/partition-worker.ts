@@ -50,13 +50,6 @@ export interface PartitionWorkerParams {
    * Redis): handle entries one at a time, counting deliveries, for a while.
    */
   recovering: boolean;
-  /**
-   * When this process takes back its own lapsed lease: the offsets whose failed handler calls ended
-   * under that lease (`StopSignal.endedWhileHeld`). They were making progress, so the stall was not
-   * theirs and recovering counts no delivery for them; an entry whose every call outlived the lease
-   * (a handler that blocks the event loop) is counted as after a crash.
-   */
-  spared?: ReadonlySet<string>;
   stats: GroupStats;
   metrics: MetricsHooks;
   redis: EventrailRedis;
@@ -150,14 +143,7 @@ export class PartitionWorker {
     this.origin = { partition: lease.partition, logTag: params.redis.keys.logTag };
     this.committed = this.cursor = params.committed;
     this.tally = new ReadTally(params.committed);
-    this.recovery = new RecoveryWindow(
-      params.recovering ? options.batchSize : 0,
-      lease,
-      options.maxDeliveries,
-      processor,
-      stats,
-      params.spared,
-    );
+    this.recovery = new RecoveryWindow(params.recovering ? options.batchSize : 0, lease, options.maxDeliveries, processor, stats);
     this.readSize = Math.max(options.batchSize, processor.largestBatch);
     this.commits = new CommitQueue((mark, doneIds) => this.commit(mark, doneIds), COMMIT_SPACING_MS);
     this.fetchContext = {
@@ -198,11 +184,6 @@ export class PartitionWorker {
   /** Whether its blocking read connection is up now; false while it reconnects, or Redis refuses it. */
   get reading(): boolean {
     return this.connection?.status === 'ready';
-  }
-
-  /** Offsets whose failed handler calls ended under this worker's valid lease (see `PartitionWorkerParams.spared`). */
-  get endedWhileHeld(): ReadonlySet<string> {
-    return this.stop.endedWhileHeld;
   }
 
   /** True when the worker ended because its lease was taken over. */
@@ -409,8 +390,6 @@ export class PartitionWorker {
       running = fetched.run(this.params.options.concurrency);
     }
     await running;
-    // Its calls ended: if the lease still holds, a stall of this process before the commit lands is not the fetch's doing.
-    this.stop.noteEnded(fetched.entries[0].offset);
     if (this.draining) return 'end'; // the stopper commits the low watermark
     const mark = fetched.watermark();
     const committing = this.commitPipelined(mark, fetched.handledIds, recovering);
@@ -432,8 +411,8 @@ export class PartitionWorker {
         const fields = await redis.client.hgetall(redis.keys.recovery(lease.group, lease.partition));
         const dropped = lines.load(fields);
         if (dropped.length > 0) this.logger.error(this.record(`parked lines it cannot read were dropped: ${dropped.join(', ')}`));
-        // Redeliveries left running by a lease of this process that lapsed count only if they made no progress under it (see GroupConsumer.startWorker).
-        if (this.params.recovering) lines.countCrashes(this.params.spared);
+        // Redeliveries left running by a lease of this process that lapsed are no crash (see GroupConsumer.startWorker).
+        if (this.params.recovering) lines.countCrashes();
         else lines.clearRunning();
         await this.applyParkedCommands(fields);
         break;
