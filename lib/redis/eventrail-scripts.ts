@@ -102,8 +102,14 @@ export class EventrailScripts {
     partition: number;
     token: string;
     epoch: string;
-  }): Promise<void> {
-    await this.client.eventrailReleaseLease(this.keys.lease(group, partition), this.keys.recovery(group, partition), token, epoch);
+  }): Promise<'released' | 'cleared' | 'not-held'> {
+    const reply = await this.client.eventrailReleaseLease(
+      this.keys.lease(group, partition),
+      this.keys.recovery(group, partition),
+      token,
+      epoch,
+    );
+    return reply === 1 ? 'released' : reply === 2 ? 'cleared' : 'not-held';
   }
 
   /**

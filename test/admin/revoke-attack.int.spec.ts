@@ -187,11 +187,11 @@ describe('revoked leases under attack (in-process workers)', () => {
     expect(new Set(runs).size).toBe(runs.length);
   });
 
-  // Broken: measured leaseOwner 'revoked:<workerId>' (no such member) for the rest of the revoked lease
+  // Was broken (fixed: leaseOwner names a revoked lease's holder): measured leaseOwner 'revoked:<workerId>' (no such member) for the rest of the revoked lease
   // (19,964 ms left of a 20 s TTL while a handler runs); the CLI's group view lists it under LEASE OWNER
   // and the member with no partition; the health check is down with "partition 0 (revoked:<workerId>):
   // lease held by a worker that is not a live member".
-  it.skip("shows a revoked lease as its holder's (or as no owner), not as a lease of a worker that is not a live member", async () => {
+  it("shows a revoked lease as its holder's (or as no owner), not as a lease of a worker that is not a live member", async () => {
     const first = await start('first', { lockTtlMs: 20_000 });
     const open = gate(1);
     await first.get(EventrailPublisher).publish(EVENT, { n: 1 });
@@ -211,11 +211,12 @@ describe('revoked leases under attack (in-process workers)', () => {
     expect(health.problems).toEqual([]);
   });
 
-  // Broken: measured 5,957-5,987 ms (4 runs of 5; lockTtlMs 6,000) from the holder's stop resolving to the
+  // Was broken (fixed: a fenced final commit still clears the worker's own revoked lease once its handlers ended):
+  // measured 5,957-5,987 ms (4 runs of 5; lockTtlMs 6,000) from the holder's stop resolving to the
   // other worker's first start. The stopping holder never hears the reset (a stopped group does not tick),
   // its final commit is fenced, commitAndRelease then skips the release (`!this.lost`), and the revoked
   // lease waits out its TTL. Deleted, as before, it was taken at once.
-  it.skip('a forced reset while the holder stops gracefully: the next worker takes the partition as soon as the handler ended', async () => {
+  it('a forced reset while the holder stops gracefully: the next worker takes the partition as soon as the handler ended', async () => {
     const lockTtlMs = 6_000;
     const first = await start('first', { lockTtlMs });
     const second = await start('second', { lockTtlMs });

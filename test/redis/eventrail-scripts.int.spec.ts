@@ -78,10 +78,13 @@ describe.each([
     expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:2:b'], ttlMs: 60_000 })).toBe(false);
     expect(await redis.get(keys.lease('b', 0))).toBe(token);
     expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:2:b', 'host:1:a'], ttlMs: 60_000 })).toBe(true);
-    expect(await redis.exists(keys.lease('b', 0))).toBe(0);
+    // Revoked, not deleted (revoke-lease.lua): fenced at once, and nobody takes it until the holder clears it.
+    expect(await redis.get(keys.lease('b', 0))).toBe(`revoked:${token}`);
     expect(await scripts.commitOffset({ ...base, token, offset: '1-1', markTtlMs: 0, doneIds: [] })).toBe(false);
     expect(await scripts.renewLease({ ...base, token })).toBe(false);
     expect(await scripts.acquireLease({ ...base, workerId: 'host:1:a' })).toBeNull();
+    expect(await scripts.acquireLease({ ...base, workerId: 'host:3:c' })).toBeNull();
+    expect(await scripts.releaseLease({ ...base, token, epoch: token.slice(token.lastIndexOf(':') + 1) })).toBe('cleared');
     // Another worker takes it as released (no crash counted), then hands it back.
     const other = await scripts.acquireLease({ ...base, workerId: 'host:3:c' });
     expect(other?.previousHolder).toBe('released');
@@ -101,7 +104,9 @@ describe.each([
     expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000, able: ['host:2:b'] })).toBe(false);
     expect(await redis.exists(keys.lease('b', 0))).toBe(1);
     expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000, able: ['host:5:e'] })).toBe(true);
-    expect(await redis.exists(keys.lease('b', 0))).toBe(0);
+    expect(await redis.get(keys.lease('b', 0))).toMatch(/^revoked:host:2:b:\d+$/);
+    // A lease revoked already is left as it is (not taken back again).
+    expect(await scripts.barMembers({ group: 'b', partition: 0, workerIds: ['host:4:d'], ttlMs: 60_000, able: ['host:5:e'] })).toBe(false);
     expect(await redis.hexists(keys.recovery('b', 0), 'barred:host:2:b')).toBe(0);
   });
 

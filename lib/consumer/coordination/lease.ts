@@ -12,10 +12,17 @@ import { LogLossWatch } from './log-loss-watch';
  * matches: every commit checks it (commitOffset-5.lua) and fails.
  */
 
-/** The worker id in a lease token (worker ids contain `:` themselves; the epoch is what follows the last one). */
+/**
+ * The worker id in a lease token (worker ids contain `:` themselves; the epoch is what follows the last
+ * one). A lease an operator revoked (`revoked:<token>`, see revoke-lease.lua) is still its holder's
+ * until the holder's running handlers end: it names the holder.
+ */
 export function leaseOwner(token: string): string {
-  return token.slice(0, token.lastIndexOf(':'));
+  const held = token.startsWith(REVOKED) ? token.slice(REVOKED.length) : token;
+  return held.slice(0, held.lastIndexOf(':'));
 }
+
+const REVOKED = 'revoked:';
 
 /** The epoch in a lease token. */
 export function leaseEpoch(token: string): string {
@@ -220,9 +227,9 @@ export class PartitionLease {
    * revoke-lease.lua): call it then only once no handler it started runs.
    * Does nothing when the lease is no longer this worker's.
    */
-  async release(): Promise<void> {
+  async release(): Promise<'released' | 'cleared' | 'not-held'> {
     const { group, partition, token } = this;
-    await this.redis.scripts.releaseLease({ group, partition, token, epoch: leaseEpoch(token) });
+    return this.redis.scripts.releaseLease({ group, partition, token, epoch: leaseEpoch(token) });
   }
 }
 

@@ -575,6 +575,8 @@ export class GroupConsumer {
         return;
       }
       this.metrics.emit('onLeaseLost', this.name, worker.partition);
+      // Its revoked lease cleared: the other members may take the partition now rather than at their next tick.
+      if (worker.clearedRevokedLease) void this.announce(this.name);
       if (this.running) void this.rebalancer.run().catch(() => undefined);
     });
   }

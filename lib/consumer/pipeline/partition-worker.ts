@@ -108,6 +108,7 @@ export class PartitionWorker {
   private readonly commits: CommitQueue;
   private ended?: Promise<void>;
   private lost = false;
+  private clearedRevoked = false;
   /** The stop gave up waiting for Redis: what still answers late is not reported. */
   private leaving = false;
   private draining = false;
@@ -186,6 +187,11 @@ export class PartitionWorker {
     return this.connection?.status === 'ready';
   }
 
+  /** True when it cleared its lease, revoked by an operator, once its handlers ended: the others may take the partition now. */
+  get clearedRevokedLease(): boolean {
+    return this.clearedRevoked;
+  }
+
   /** True when the worker ended because its lease was taken over. */
   get wasLost(): boolean {
     return this.lost;
@@ -253,7 +259,7 @@ export class PartitionWorker {
     try {
       await this.commits.flush();
       if (this.lost) {
-        if (handlersEnded) await this.params.lease.release();
+        if (handlersEnded) await this.releaseRevoked();
         return;
       }
       // Redeliveries cut off by the shutdown timeout are not crashes: the release below is clean.
@@ -261,11 +267,19 @@ export class PartitionWorker {
       const mark = this.current?.watermark();
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
       else if (this.parking?.lines.hasChanges) await this.commit(this.committed);
-      if (!this.lost && !this.leaving) await this.params.lease.release();
+      if (this.leaving) return;
+      // A final commit fenced because an operator revoked the lease meanwhile: cleared as above.
+      if (!this.lost) await this.params.lease.release();
+      else if (handlersEnded) await this.releaseRevoked();
     } catch (error) {
       if (!this.leaving)
         this.logger.warn(this.record(`could not commit and release on stop (${describeError(error)}); the lease expires on its own`));
     }
+  }
+
+  /** Clears the lease if an operator revoked it from this worker (nothing else), and remembers that it did. */
+  private async releaseRevoked(): Promise<void> {
+    if ((await this.params.lease.release()) === 'cleared') this.clearedRevoked = true;
   }
 
   /** No more reads; the batch in hand goes on. */
