@@ -12,6 +12,7 @@ import Redis from 'ioredis';
 import type { ChildProcess } from 'node:child_process';
 import { EventrailAdmin, EventrailConsumers, EventrailMessage, EventrailModule, EventrailPublisher, OnEvent } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
+import { compareStreamIds } from '../../lib/wire/stream-id';
 import { createApp } from '../support/app';
 import { killQuietly, spawnTypeScript } from '../support/child-processes';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
@@ -30,13 +31,18 @@ async function child(): Promise<void> {
   class Handler {
     @OnEvent('account.changed', {
       group: GROUP,
-      ordering: 'key',
+      ordering: process.env.ATTACK_ORDERING === 'unordered' ? 'unordered' : 'key',
       batchSize: BATCH,
       lockTtlMs: 1_000,
       heartbeatTtlMs: 1_000,
       maxRetries: 0,
       maxDeliveries: MAX_DELIVERIES,
-      redelivery: { delayMs: 100, factor: 2, maxDelayMs: 200, maxAgeMs: 600_000 },
+      redelivery: {
+        delayMs: Number(process.env.ATTACK_DELAY_MS ?? 100),
+        factor: 2,
+        maxDelayMs: Number(process.env.ATTACK_DELAY_MS ?? 200),
+        maxAgeMs: 600_000,
+      },
     })
     async handle(message: EventrailMessage<Data>): Promise<void> {
       const name = `${message.data.key}${message.data.n}`;
@@ -74,13 +80,14 @@ if (process.env.PARKED_SCALE_CHILD === '1') {
     let publisherApp: Awaited<ReturnType<typeof createApp>> | undefined;
     let idempotency = false;
 
-    const startWorker = async (): Promise<ChildProcess> => {
+    const startWorker = async (extra: Record<string, string> = {}): Promise<ChildProcess> => {
       const worker = spawnTypeScript('test/consumer/parked-scale-attack.e2e.spec.ts', {
         env: {
           PARKED_SCALE_CHILD: '1',
           ATTACK_PREFIX: prefix,
           ATTACK_REDIS_URL: testRedisUrl(),
           ATTACK_IDEMPOTENCY: idempotency ? '1' : '0',
+          ...extra,
         },
       });
       children.push(worker);
@@ -228,6 +235,51 @@ if (process.env.PARKED_SCALE_CHILD === '1') {
       }
       const letters = await admin.deadLetters(GROUP);
       expect(letters.map((l) => [(l.data as Data).n, l.reason])).toEqual([[9, 'max-deliveries']]);
+    }, 120_000);
+
+    it("lines 'unordered' parked for one key, its worker killed; a 'key' worker merges them and is killed inside a chunk; the next drains them: first handled in log order, the floor never above a stored line", async () => {
+      idempotency = false;
+      const floorBreach = async (): Promise<string | undefined> => {
+        const fields = await redis.hgetall(keys.recovery(GROUP, 0));
+        const firsts = Object.entries(fields)
+          .filter(([field]) => field.startsWith('park:'))
+          .map(([, value]) => (JSON.parse(value) as { ids: string[] }).ids[0])
+          .sort(compareStreamIds);
+        if (firsts.length === 0) return undefined;
+        if (!fields.parkedFloor || compareStreamIds(fields.parkedFloor, firsts[0]) > 0)
+          return `floor ${fields.parkedFloor} over ${firsts[0]}`;
+        return undefined;
+      };
+      const unordered = await startWorker({ ATTACK_ORDERING: 'unordered', ATTACK_DELAY_MS: '600000' });
+      await redis.sadd(`${prefix}:test:down`, 'A');
+      const aNames = Array.from({ length: 6 }, (_, i) => `A${i + 1}`);
+      await publish(aNames.flatMap((name, i) => [name, `B${i + 1}`]));
+      const mLines = async () => Object.keys(await redis.hgetall(keys.recovery(GROUP, 0))).filter((f) => f.startsWith('park:m:')).length;
+      await waitFor(async () => (await mLines()) === 6 && (await handled()).includes('B6'), 'A1-A6 parked one line each; B handled');
+      await kill(unordered);
+      expect(await floorBreach()).toBeUndefined();
+      await redis.srem(`${prefix}:test:down`, 'A');
+      await redis.sadd(`${prefix}:test:hold-names`, 'A4');
+      const worker = await startWorker();
+      // The merged line keeps the oldest head's next try (ten minutes away): try it now.
+      await publisherApp!.get(EventrailAdmin).retryParked(GROUP);
+      await killWhileRunning(worker, 'A4', 0);
+      expect(await floorBreach()).toBeUndefined();
+      await redis.srem(`${prefix}:test:hold-names`, 'A4');
+      await startWorker();
+      await publisherApp!.get(EventrailAdmin).retryParked(GROUP);
+      let last: string[] = [];
+      await waitFor(
+        async () => {
+          last = await handled();
+          return aNames.every((name) => last.includes(name));
+        },
+        'A handled',
+        30_000,
+      );
+      expect([...new Set(last.filter((n) => n.startsWith('A')))]).toEqual(aNames);
+      expect(await publisherApp!.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
+      await waitFor(async () => (await redis.hget(keys.recovery(GROUP, 0), 'parkedFloor')) === null, 'nothing parked');
     }, 120_000);
   });
 }
