@@ -219,6 +219,33 @@ describe('parked keys under attack: the floor while lines cycle, drain in chunks
     expect(await byKey.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
   }, 90_000);
 
+  it("lines 'unordered' parked for one key, taken by a 'partition' member (it works them with 'key'): merged, first handled in log order while retention trims to the floor", async () => {
+    const holding = await start(UnorderedHolding);
+    const keyNames = ['A', 'B', 'C'];
+    for (const key of ['A', 'B']) for (let n = 1; n <= 5; n++) dependency.failures.set(`${key}:${n}`, 1);
+    await publish(holding, interleaved(keyNames, 1, 5));
+    await waitFor(
+      async () => Object.keys(await redis.hgetall(keys.recovery(GROUP, 0))).filter((f) => f.startsWith('park:m:')).length === 10,
+      'ten lines parked by the unordered member',
+    );
+    await stop(holding);
+    dependency.failures.set('A:3', 1); // fails again inside the merged line's first chunk
+    const byPartition = await start(ByPartition);
+    expect(await byPartition.get(EventrailAdmin).retryParked(GROUP)).toBe(1);
+    const allHandled = () => keyNames.every((key) => firstHandlings(key).length >= 5);
+    const trimming = trimWhile(byPartition, allHandled);
+    await publish(byPartition, interleaved(keyNames, 6, 7));
+    const { breaches } = await trimming;
+    await waitFor(
+      () => keyNames.every((key) => firstHandlings(key).length === 7),
+      () => `every message handled (${new Set(dependency.handled).size} of 21)`,
+      30_000,
+    );
+    expect(breaches).toEqual([]);
+    for (const key of keyNames) expect([key, firstHandlings(key)]).toEqual([key, [1, 2, 3, 4, 5, 6, 7]]);
+    expect(await byPartition.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
+  }, 90_000);
+
   it("ordering switched 'unordered' -> 'key' -> 'partition' -> 'unordered' while lines cycle and retention trims to the floor: nothing lost, each member's floor holds", async () => {
     const keyNames = Array.from({ length: 12 }, (_, i) => `M${i}`);
     for (const key of keyNames) for (let n = 1; n <= 8; n++) dependency.failures.set(`${key}:${n}`, n % 3 === 1 ? 2 : 0);
