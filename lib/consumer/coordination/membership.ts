@@ -74,11 +74,12 @@ export class GroupMembership {
     const { keys, client } = this.redis;
     this.events = [...events].sort();
     this.info = JSON.stringify({ ...parseMemberInfo(this.info), events: this.events });
-    // Sent right after the heartbeat on the same connection: the details of exactly the live members.
-    const [members, details, scores, now] = await Promise.all([
-      this.beat(),
+    // Sent right before the heartbeat on the same connection, which forgets expired members: their details
+    // and expiries are still there to hold their types (see `weigh`).
+    const [details, scores, members, now] = await Promise.all([
       client.hgetall(keys.memberInfo(this.group)),
       client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
+      this.beat(),
       this.readClock(),
     ]);
     await Promise.all([client.sadd(keys.groups, this.group), this.registerEvents()]);
@@ -92,11 +93,12 @@ export class GroupMembership {
    */
   async heartbeat(): Promise<string[]> {
     const { keys, client } = this.redis;
-    const [members, , details, scores, now] = await Promise.all([
-      this.beat(),
-      client.sadd(keys.groups, this.group),
+    // Read before the heartbeat forgets expired members (see `register`).
+    const [details, scores, members, , now] = await Promise.all([
       client.hgetall(keys.memberInfo(this.group)),
       client.zrange(keys.members(this.group), '0', '-1', 'WITHSCORES'),
+      this.beat(),
+      client.sadd(keys.groups, this.group),
       this.readClock(),
     ]);
     return this.weigh(members, details, scores, now);
@@ -119,6 +121,16 @@ export class GroupMembership {
     }
     const expiries = new Map<string, number>();
     for (let i = 0; i + 1 < scores.length; i += 2) expiries.set(scores[i], Number(scores[i + 1]));
+    // Members whose heartbeat expired since anyone last forgot them (this heartbeat forgets them now), also ones
+    // this worker never saw alive: after a Redis outage longer than heartbeatTtlMs every member expired at once, and
+    // a member of an older version that joined first would otherwise find nobody wanting the newer types.
+    for (const [id, expiresAt] of expiries) {
+      if (live.has(id) || id === this.worker.id || expiresAt > now) continue;
+      const info = parseMemberInfo(details[id]);
+      if (!Array.isArray(info.events)) continue;
+      const until = expiresAt + HELD_TTL_FACTOR * (info.heartbeatTtlMs ?? this.ttlMs);
+      for (const event of info.events) this.holdUntil(event, until);
+    }
     this.seen = new Map();
     for (const id of members) {
       const info = parseMemberInfo(details[id]);

@@ -298,8 +298,9 @@ export class PartitionReader {
     const { group } = this.options;
     const { partition } = this.origin;
     const text =
-      `Group "${group}" partition ${partition}: Redis closed the connection during a read of ${cut.count} entries ` +
-      `(about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.sized(Number.MAX_SAFE_INTEGER)} ` +
+      // A plain read asks for up to a COUNT: fewer may have been there, so this is an upper bound.
+      `Group "${group}" partition ${partition}: Redis closed the connection during a read of up to ${cut.count} entries ` +
+      `(up to about ${size(cutBytes)} at ${size(this.perEntry!)} an entry); reading at most ${this.sized(Number.MAX_SAFE_INTEGER)} ` +
       `entries (${size(this.ceiling)}) at a time for a minute. If its client-output-buffer-limit for normal clients closed it ` +
       `(Redis logs "overcoming of output buffer limits"; a restart or a failover closes connections too), ` +
       `keep that limit above maxReadBytes (${size(this.options.maxReadBytes)})`;
