@@ -161,33 +161,37 @@ describe('parked keys under attack: the floor while lines cycle, drain in chunks
   });
   afterAll(() => redis.disconnect());
 
-  it("'key', batchSize 3: 40 keys with interleaved heads park, drain in chunks and park again inside a chunk while retention trims to the floor; every message first handled in key order", async () => {
-    const app = await start(ByKeyChunked);
-    const keyNames = Array.from({ length: 40 }, (_, i) => `K${i}`);
-    const perKey = 8;
-    for (const [i, key] of keyNames.entries()) {
-      if (i % 4 === 3) continue; // a healthy key among every three failing ones
-      dependency.failures.set(`${key}:1`, 2); // the head parks and is redelivered twice
-      dependency.failures.set(`${key}:3`, 1); // fails inside the first drained chunk: released and parked again in one write
-      dependency.failures.set(`${key}:7`, 1 + (i % 3)); // fails in a later chunk
-    }
-    await publish(app, interleaved(keyNames, 1, 4));
-    const total = keyNames.length * perKey;
-    const allHandled = () => keyNames.every((key) => firstHandlings(key).length === perKey);
-    const trimming = trimWhile(app, allHandled);
-    await publish(app, interleaved(keyNames, 5, perKey));
-    const { breaches, rounds, trimmed } = await trimming;
-    await waitFor(allHandled, () => `every message handled (${new Set(dependency.handled).size} of ${total})`, 30_000);
-    expect(rounds).toBeGreaterThan(5);
-    expect(trimmed).toBeGreaterThan(0); // retention did trim while lines cycled
-    expect(breaches).toEqual([]);
-    for (const key of keyNames) expect([key, firstHandlings(key)]).toEqual([key, [1, 2, 3, 4, 5, 6, 7, 8]]);
-    expect(await app.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
-    await waitFor(
-      async () => (await redis.hget(keys.recovery(GROUP, 0), 'parkedFloor')) === null,
-      'the floor removed once nothing is parked',
-    );
-  }, 90_000);
+  it.each([40, 600])(
+    "'key', batchSize 3: %i keys with interleaved heads park, drain in chunks and park again inside a chunk while retention trims to the floor; every message first handled in key order",
+    async (keyCount) => {
+      const app = await start(ByKeyChunked);
+      const keyNames = Array.from({ length: keyCount }, (_, i) => `K${i}`);
+      const perKey = 8;
+      for (const [i, key] of keyNames.entries()) {
+        if (i % 4 === 3) continue; // a healthy key among every three failing ones
+        dependency.failures.set(`${key}:1`, 2); // the head parks and is redelivered twice
+        dependency.failures.set(`${key}:3`, 1); // fails inside the first drained chunk: released and parked again in one write
+        dependency.failures.set(`${key}:7`, 1 + (i % 3)); // fails in a later chunk
+      }
+      await publish(app, interleaved(keyNames, 1, 4));
+      const total = keyNames.length * perKey;
+      const allHandled = () => new Set(dependency.handled).size === total;
+      const trimming = trimWhile(app, allHandled);
+      await publish(app, interleaved(keyNames, 5, perKey));
+      const { breaches, rounds, trimmed } = await trimming;
+      await waitFor(allHandled, () => `every message handled (${new Set(dependency.handled).size} of ${total})`, 30_000);
+      expect(rounds).toBeGreaterThan(5);
+      expect(trimmed).toBeGreaterThan(0); // retention did trim while lines cycled
+      expect(breaches).toEqual([]);
+      for (const key of keyNames) expect([key, firstHandlings(key)]).toEqual([key, [1, 2, 3, 4, 5, 6, 7, 8]]);
+      expect(await app.get(EventrailAdmin).deadLetterCount(GROUP)).toBe(0);
+      await waitFor(
+        async () => (await redis.hget(keys.recovery(GROUP, 0), 'parkedFloor')) === null,
+        'the floor removed once nothing is parked',
+      );
+    },
+    90_000,
+  );
 
   it("'unordered' parks one key's messages as lines of their own, a 'key' member merges them while retention trims to the floor: first handled in log order, nothing lost", async () => {
     const holding = await start(UnorderedHolding);
