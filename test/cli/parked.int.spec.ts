@@ -45,14 +45,11 @@ describe('eventrail CLI: parked keys', () => {
       .publishMany(
         ['A1', 'A2', 'B1', 'C1'].map((name) => ({ event: 'account.changed', data: { key: name[0], n: Number(name[1]) }, key: name[0] })),
       );
-    await waitFor(
-      async () => {
-        const parked = await admin.parkedKeys('payments');
-        // The quick tier (maxRetries 1) spent: from here on only the ten-minute tier is left.
-        return parked.length === 2 && parked.every((line) => line.attempts === 2) && handledOf('C').length === 1;
-      },
-      'A and B parked past their quick tier, C handled',
-    );
+    await waitFor(async () => {
+      const parked = await admin.parkedKeys('payments');
+      // The quick tier (maxRetries 1) spent: from here on only the ten-minute tier is left.
+      return parked.length === 2 && parked.every((line) => line.attempts === 2) && handledOf('C').length === 1;
+    }, 'A and B parked past their quick tier, C handled');
   });
 
   it('lists parked keys as the admin service reads them, as JSON and as a table', async () => {
