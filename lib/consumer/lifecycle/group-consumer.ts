@@ -26,6 +26,9 @@ import { SerialTask } from '../../util/serial-task';
 /** The least time a partition's read connection may be down, while the rest answers, before the partition is handed back. */
 const READ_RECONNECT_GRACE_MS = 5_000;
 
+/** Take-backs of its own lapsed lease in a row at one offset before each warning that names it. */
+const STALLS_BEFORE_WARNING = 3;
+
 /**
  * Runs one consumer group in this process: keeps its fair share of
  * partitions (`ceil(partitions / liveMembers)`) by taking free or expired
@@ -33,9 +36,6 @@ const READ_RECONNECT_GRACE_MS = 5_000;
  * partition. Membership (`GroupMembership`) and leases (`PartitionLease`)
  * know how they are kept in Redis; this class decides when.
  */
-/** Take-backs of its own lapsed lease in a row at one offset before each warning that names it. */
-const STALLS_BEFORE_WARNING = 3;
-
 export class GroupConsumer {
   private readonly logger = new Logger(GroupConsumer.name);
   private readonly workers = new Map<number, PartitionWorker>();
