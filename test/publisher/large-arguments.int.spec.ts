@@ -205,7 +205,12 @@ describe('scripts with many arguments', () => {
 
     await redis.del(keys.recovery('g', 0));
     expect(await reset()).toBe('5-0');
-    expect([await redis.get(keys.offset('g', 0)), await redis.exists(keys.done('g', 0), keys.lease('g', 0))]).toEqual(['2-0', 0]);
+    // The marks are gone; the lease is revoked (revoke-lease.lua), not deleted.
+    expect([await redis.get(keys.offset('g', 0)), await redis.exists(keys.done('g', 0)), await redis.get(keys.lease('g', 0))]).toEqual([
+      '2-0',
+      0,
+      `revoked:${token}`,
+    ]);
   });
 
   describe('through the consumer', () => {
