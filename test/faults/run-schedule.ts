@@ -549,9 +549,11 @@ async function collect(
         .join(' / ') ?? '';
     state.skipped.push(`worker ${e.pid} in slot ${e.slot} failed its startup in a run with Redis outages: ${tail.slice(0, 300)}`);
   }
-  const unexpectedExits = [...supervisor.unexpectedExits.filter((e) => !failedStartups.includes(e)), ...supervisor.crashes].map(
-    (e) => `worker exit not caused by the test: ${JSON.stringify(e)}`,
-  );
+  // With the worker's last log lines: why it exited is otherwise lost with the process.
+  const unexpectedExits = [...supervisor.unexpectedExits.filter((e) => !failedStartups.includes(e)), ...supervisor.crashes].map((e) => {
+    const tail = supervisor.children.find((c) => c.pid === e.pid)?.lines.slice(-10) ?? [];
+    return `worker exit not caused by the test: ${JSON.stringify(e)}${tail.length > 0 ? `; its last lines:\n    ${tail.join('\n    ')}` : ''}`;
+  });
   return {
     schedule,
     accepted: state.accepted,
