@@ -59,7 +59,9 @@ export class Delivery {
   /** With `'key'` ordering, when `entry`'s key is parked in its partition: parks it behind the line (no call) and answers true. */
   parkedBehind(entry: RawEntry | MalformedEntry, partition: number, exceptHead = false): boolean {
     const lines = this.parking?.linesOf(partition);
-    if (!lines?.holds(entry)) return false;
+    if (!lines) return false;
+    // Read again after a take-over (`'unordered'`): its line redelivers it; the fetch leaves it.
+    if (!lines.holds(entry)) return !exceptHead && lines.has(entry);
     // A line's own head, being redelivered (as a one-message batch), does not wait behind itself.
     if (exceptHead && lines.isHead(entry)) return false;
     lines.behind(entry);

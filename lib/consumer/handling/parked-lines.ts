@@ -196,6 +196,21 @@ export class ParkedLines {
     return newest ?? own;
   }
 
+  /**
+   * True when `entry` is in a line already. A line is stored with the commit that parks its message,
+   * which may leave the offset before it (a message before it was still running), so the next owner's
+   * fetch reads it again: it is the line's to redeliver, not the fetch's. (`'key'` mode keeps it once
+   * through `holds` and `behind`.)
+   */
+  has(entry: RawEntry | MalformedEntry): boolean {
+    if (this.lines.size === 0) return false;
+    if (this.heads.has(entry.offset)) return true;
+    if (isMalformed(entry)) return false;
+    const key = entry.key ?? '';
+    const names = [`k:${key}`, ...(this.byKey.get(key) ?? [])];
+    return names.some((name) => this.lines.get(name)?.ids.includes(entry.offset) ?? false);
+  }
+
   /** True when `entry` must wait behind a parked line (`'key'` mode: its key is parked). Malformed entries wait for nobody. */
   holds(entry: RawEntry | MalformedEntry): entry is RawEntry {
     if (this.lines.size === 0 || this.config.mode !== 'key' || isMalformed(entry)) return false;

@@ -155,7 +155,8 @@ export class PartitionWorker {
       stats,
       group: lease.group,
       metrics,
-      parked: options.ordering === 'key',
+      // 'unordered' too: a parked message read again after a take-over is its line's, not the fetch's.
+      parked: options.ordering !== 'partition',
     };
   }
 
