@@ -7,6 +7,7 @@ import { STREAM_START } from '../../lib/wire/stream-id';
 import { EventrailClient, registerScripts } from '../../lib/redis/scripts';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { monitorOf } from '../support/monitor';
 
 /** Entries far past the counting cap on both sides of the offsets used below. */
 const DEEP = 50_000;
@@ -112,7 +113,7 @@ describe('lag from the committed position', () => {
 
     /** Every command that names a key of this prefix while one status read runs, as MONITOR shows them (`lua ` for a script's own). */
     const commandsOf = async (group: string): Promise<string[]> => {
-      const monitor = await redis.monitor(); // a connection of its own
+      const monitor = await monitorOf(redis); // a connection of its own
       const marker = `${prefix}:marker:${group}`;
       const seen: string[] = [];
       let ended = false;

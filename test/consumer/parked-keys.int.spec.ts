@@ -4,6 +4,7 @@ import { EventrailAdmin, EventrailMessage, EventrailModuleOptions, EventrailPubl
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { monitorOf } from '../support/monitor';
 
 type Data = { key: string; n: number };
 
@@ -320,7 +321,7 @@ describe('parked keys: a failing message holds back only its key', () => {
       const app = await start([provider]);
       await publish(app, ['X0']);
       await waitFor(() => dependency.handled.length === 1, 'the first handled');
-      const monitor = await redis.monitor();
+      const monitor = await monitorOf(redis);
       const counts = new Map<string, number>();
       monitor.on('monitor', (_time: string, args: string[], source: string) => {
         if (source === 'lua' || !args.some((a) => a.includes(prefix))) return;

@@ -9,6 +9,7 @@ import { createApp } from '../support/app';
 import { startRedisServer } from '../support/redis-server';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { parseExposition, promtoolProblems, promtoolUnavailable, type Sample, valueOf } from './exposition';
+import { monitorOf } from '../support/monitor';
 
 // The fleet-wide lag gauges: read from Redis with no worker of the group running, exact, at a cost per
 // scrape that depends only on the number of groups and partitions, and the same series from any process.
@@ -207,7 +208,7 @@ describe('fleet-wide lag gauges', () => {
     /** Commands this connection sent while `work` ran, as MONITOR saw them (script-internal ones are not the connection's). */
     async function commandsOf(client: Redis, work: () => Promise<unknown>): Promise<string[]> {
       const address = /\baddr=(\S+)/.exec((await client.client('INFO')) as string)![1];
-      const monitor = await redis.duplicate().monitor();
+      const monitor = await monitorOf(redis);
       const seen: string[] = [];
       const marker = `end-of-scrape-${prefix}`;
       let ended = false;

@@ -7,6 +7,7 @@ import { registerLagMetrics, type LagMetrics } from '../../lib/prometheus';
 import { createApp } from '../support/app';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { parseExposition, valueOf } from './exposition';
+import { monitorOf } from '../support/monitor';
 
 // Parked messages are behind the committed offsets but not done: the status read, the lag report and the
 // gauges must show them as work, with how long their oldest head has been failing.
@@ -147,7 +148,7 @@ describe('parked messages in the group status, the lag report and the gauges', (
   /** Commands `client` sent while `work` ran, as MONITOR saw them. */
   async function commandsOf(client: Redis, work: () => Promise<unknown>): Promise<string[]> {
     const address = /\baddr=(\S+)/.exec((await client.client('INFO')) as string)![1];
-    const monitor = await redis.duplicate().monitor();
+    const monitor = await monitorOf(redis);
     const seen: string[] = [];
     const marker = `end-of-read-${prefix}`;
     let ended = false;

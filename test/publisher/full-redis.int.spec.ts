@@ -6,6 +6,7 @@ import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
+import { monitorOf } from '../support/monitor';
 
 /**
  * `publishMany` on a Redis at its `maxmemory` (noeviction). Redis counts a
@@ -178,7 +179,7 @@ describe('publishMany on a full Redis', () => {
     await fillTo(MAXMEMORY); // no filler: nothing is refused
     /** The commands a publishMany sends, as MONITOR shows them (`lua ` for a script's own), by name. */
     const commandsOf = async (inputs: PublishInput[], by = publisher): Promise<Map<string, number>> => {
-      const monitor = await redis.duplicate().monitor();
+      const monitor = await monitorOf(redis);
       const marker = `${prefix}:marker:${Math.random()}`;
       const seen = new Map<string, number>();
       let ended = false;
