@@ -2,6 +2,7 @@ import type { ScenarioFactory } from '../support/scenario';
 import { batchHandlers } from './batch-handlers';
 import { cluster } from './cluster';
 import { drain } from './drain';
+import { groups } from './groups';
 import { idle } from './idle';
 import { lagCost } from './lag-cost';
 import { latency } from './latency';
@@ -30,6 +31,7 @@ export const scenarioFactories: ScenarioFactory[] = [
   lagCost,
   scaling,
   scalingDrain,
+  groups,
   outboxRelay,
   outboxLatency,
 ];
