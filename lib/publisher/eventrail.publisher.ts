@@ -15,7 +15,7 @@ import { PublishManyError, type PublishOutcome } from '../errors/publish-many.er
 import { PublishTimeoutError } from '../errors/publish-timeout.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import type { AppendManyDedupInput, AppendManyDedupReply, PackedEvents, RunGuard } from '../redis/eventrail-scripts';
+import type { AppendManyDedupInput, AppendManyDedupReply, AppendManyReply, PackedEvents, RunGuard } from '../redis/eventrail-scripts';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
 import { partitionForKey } from '../wire/partitioner';
@@ -106,7 +106,10 @@ interface Run {
   /** Its events carry ids and go through producer dedup. */
   deduped: boolean;
   ids: string[];
+  /** Its events as `PackedEvents`, or, when `width` is above 0, their field values alone. */
   events: PackedEvents;
+  /** The field count of every event of a run without dedup; 0 when their counts differ, or with dedup. */
+  width: number;
   /** Set when the partition takes more than one run in the call. */
   guard?: RunGuard;
 }
@@ -414,7 +417,8 @@ export class EventrailPublisher {
       this.buildRuns(prepared, STREAMED_RUN_EVENTS, (run) => {
         runs.push(run);
         if (run.indexes.length === 1 && !run.guard) queueOne(prepared[run.indexes[0]]);
-        else this.redis.scripts.queueAppendManyDedup(pipeline, this.runInput(run));
+        else if (run.deduped) this.redis.scripts.queueAppendManyDedup(pipeline, this.runInput(run));
+        else this.redis.scripts.queueAppendMany(pipeline, run);
       });
     } else for (const p of prepared) queueOne(p);
     if (replicated) pipeline.wait(replicas, timeoutMs);
@@ -437,7 +441,8 @@ export class EventrailPublisher {
       const [error, reply] = answered[r] ?? [new Error('no reply'), null];
       if (run.indexes.length === 1 && !run.guard) replies[run.indexes[0]] = [error, reply];
       else if (error) for (const index of run.indexes) replies[index] = [error, null];
-      else this.settleRunReply(replies, run.indexes, reply as AppendManyDedupReply, run.deduped);
+      else if (run.deduped) settleDedupReply(replies, run.indexes, reply as AppendManyDedupReply);
+      else settleManyReply(replies, run.indexes, reply as AppendManyReply);
     });
     return { replies, confirmed };
   }
@@ -445,9 +450,8 @@ export class EventrailPublisher {
   /**
    * Sends `prepared` as runs (see `buildRuns`) on the publisher's connection:
    * a run of one as a plain append, a run of events without ids as one
-   * appendMany call, a run with producer dedup or a guard as one
-   * appendManyDedup call. The commands leave in the order they are sent here.
-   * With `sendNow` (a `publishMany`), runs hold at most `STREAMED_RUN_EVENTS`
+   * appendMany call, a run with producer dedup as one appendManyDedup call.
+   * The commands leave in the order they are sent here. With `sendNow` (a `publishMany`), runs hold at most `STREAMED_RUN_EVENTS`
    * and each leaves at once, so Redis starts on it while the next is built;
    * single appends leave with what follows them.
    */
@@ -456,8 +460,8 @@ export class EventrailPublisher {
     this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, (run) => {
       const { indexes, guard } = run;
       if (indexes.length === 1 && !guard) sent.push(this.settleInto(replies, indexes[0], this.appendOne(prepared[indexes[0]])));
-      else if (!run.deduped && !guard) sent.push(this.settleRun(replies, indexes, scripts.appendMany(run.partition, run.events)));
-      else sent.push(this.settleDedupRun(replies, indexes, scripts.appendManyDedup(this.runInput(run)), run.deduped));
+      else if (run.deduped) sent.push(this.settleDedupRun(replies, indexes, scripts.appendManyDedup(this.runInput(run))));
+      else sent.push(this.settleRun(replies, indexes, scripts.appendMany(run)));
       if (indexes.length > 1 || guard) sendNow?.();
     });
   }
@@ -488,6 +492,8 @@ export class EventrailPublisher {
       let deduped = false;
       let ids: string[] = [];
       let events: Array<string | number> = [];
+      /** The field count of every event of `run` so far (without dedup: their values alone are in `events`); -1 once two differ. */
+      let width = 0;
       let bytes = 0;
       let runsBefore = 0;
       let call: string | undefined;
@@ -495,11 +501,14 @@ export class EventrailPublisher {
         if (run.length === 0) return;
         let guard: RunGuard | undefined;
         if (runsBefore > 0 || more) guard = { call: (call ??= nextCallId()), runsBefore, more, ttlMs: RUN_GUARD_TTL_MS };
-        emit({ partition, indexes: run, deduped, ids, events, guard });
+        // Events of different widths (a rare run) go with their counts.
+        if (width < 0) events = counted(prepared, run);
+        emit({ partition, indexes: run, deduped, ids, events, width: Math.max(width, 0), guard });
         runsBefore++;
         run = [];
         ids = [];
         events = [];
+        width = 0;
         bytes = 0;
       };
       for (let j = 0; j < indexes.length; j++) {
@@ -508,8 +517,10 @@ export class EventrailPublisher {
         const dedup = p.dedup && p.id !== undefined;
         if (dedup !== deduped) flush(true);
         deduped = dedup;
-        if (dedup) ids.push(p.id as string);
-        events.push(p.fields.length);
+        if (dedup) {
+          ids.push(p.id as string);
+          events.push(p.fields.length);
+        } else if (width !== p.fields.length) width = run.length === 0 ? p.fields.length : -1;
         for (const field of p.fields) {
           events.push(field);
           bytes += field.length;
@@ -521,9 +532,9 @@ export class EventrailPublisher {
     }
   }
 
-  /** The appendManyDedup call of `run`: a window of 0 (every event appended) when its events have no ids. */
-  private runInput({ partition, deduped, ids, events, guard }: Run): AppendManyDedupInput {
-    return { partition, ids: deduped ? ids : [], windowMs: deduped ? this.options.dedupWindowMs : 0, events, guard };
+  /** The appendManyDedup call of a run with producer dedup. */
+  private runInput({ partition, ids, events, guard }: Run): AppendManyDedupInput {
+    return { partition, ids, windowMs: this.options.dedupWindowMs, events, guard };
   }
 
   /** Records one append's outcome at `index`. */
@@ -535,48 +546,23 @@ export class EventrailPublisher {
   }
 
   /** Records a run's outcomes: the offsets of the events appended, a refusal for the ones from the failed append on. */
-  private settleRun(replies: AppendReply[], run: number[], append: Promise<[string[], string?]>): Promise<void> {
+  private settleRun(replies: AppendReply[], run: number[], append: Promise<AppendManyReply>): Promise<void> {
     return append.then(
-      ([offsets, failure]) => {
-        for (let i = 0; i < run.length; i++) {
-          replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new AppendRefused(failure ?? 'not appended'), null];
-        }
-      },
+      (reply) => settleManyReply(replies, run, reply),
       (error: unknown) => {
         for (const index of run) replies[index] = [asError(error), null];
       },
     );
   }
 
-  /**
-   * Records a dedup run's outcomes as `publishDedup` replies (`[offset, duplicate]`), or as plain offsets for a
-   * guarded run of events without ids (`deduped` false), and a refusal for the events not done.
-   */
-  private settleDedupRun(
-    replies: AppendReply[],
-    run: number[],
-    append: Promise<[string[], number[], string?]>,
-    deduped: boolean,
-  ): Promise<void> {
+  /** Records a dedup run's outcomes as `publishDedup` replies (`[offset, duplicate]`), and a refusal for the events not done. */
+  private settleDedupRun(replies: AppendReply[], run: number[], append: Promise<AppendManyDedupReply>): Promise<void> {
     return append.then(
-      (reply) => this.settleRunReply(replies, run, reply, deduped),
+      (reply) => settleDedupReply(replies, run, reply),
       (error: unknown) => {
         for (const index of run) replies[index] = [asError(error), null];
       },
     );
-  }
-
-  /** Records an appendManyDedup reply for the events of `run` (see `settleDedupRun`). */
-  private settleRunReply(
-    replies: AppendReply[],
-    run: number[],
-    [offsets, duplicates, failure]: AppendManyDedupReply,
-    deduped: boolean,
-  ): void {
-    for (let i = 0; i < run.length; i++) {
-      if (i >= offsets.length) replies[run[i]] = [new AppendRefused(failure ?? 'not appended'), null];
-      else replies[run[i]] = [null, deduped ? [offsets[i], duplicates[i]] : offsets[i]];
-    }
   }
 
   /**
@@ -699,6 +685,32 @@ function publishFailed(event: string, error: unknown): Error {
   if (error instanceof Error && outcomeOf(error) === 'not-appended')
     return new RedisUnavailableError(`publish of "${event}" was refused, nothing was appended`, error);
   return new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
+}
+
+/** Records an appendMany reply for the events of `run` (see `settleRun`). */
+function settleManyReply(replies: AppendReply[], run: number[], [offsets, failure]: AppendManyReply): void {
+  for (let i = 0; i < run.length; i++) {
+    replies[run[i]] = i < offsets.length ? [null, offsets[i]] : [new AppendRefused(failure ?? 'not appended'), null];
+  }
+}
+
+/** Records an appendManyDedup reply for the events of `run` (see `settleDedupRun`). */
+function settleDedupReply(replies: AppendReply[], run: number[], [offsets, duplicates, failure]: AppendManyDedupReply): void {
+  for (let i = 0; i < run.length; i++) {
+    if (i >= offsets.length) replies[run[i]] = [new AppendRefused(failure ?? 'not appended'), null];
+    else replies[run[i]] = [null, [offsets[i], duplicates[i]]];
+  }
+}
+
+/** The events of `run` as `PackedEvents`: each one's field count, then its fields. */
+function counted(prepared: Prepared[], run: number[]): PackedEvents {
+  const events: PackedEvents = [];
+  for (const index of run) {
+    const { fields } = prepared[index];
+    events.push(fields.length);
+    for (const field of fields) events.push(field);
+  }
+  return events;
 }
 
 /** A call id for run guards: unique per process, and random across processes. */

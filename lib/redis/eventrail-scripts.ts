@@ -229,7 +229,7 @@ export class EventrailScripts {
     return this.client.eventrailReanchorPosition(this.keys.stream(partition), this.keys.recovery(group, partition), firstBeforeTrim);
   }
 
-  // Appends (publishDedup-2, appendMany-1, appendManyDedup-n) and the plain XADD
+  // Appends (publishDedup-2, appendMany-n, appendManyDedup-n) and the plain XADD
 
   /** Appends one event's `fields` to `partition`'s stream; answers its offset. */
   append(partition: number, fields: string[]): Promise<string> {
@@ -249,19 +249,38 @@ export class EventrailScripts {
   }
 
   /**
-   * Appends the `events` (see `PackedEvents`) to `partition`'s stream in
-   * order, in one call; answers their offsets, and the error when an append
-   * failed after `offsets.length` were made (appendMany-1.lua).
+   * Appends the `events` (events without ids of their own) to `partition`'s
+   * stream in order, in one call; answers their offsets, and the error when
+   * an append failed after `offsets.length` were made, or when the `guard`
+   * held the run back (`GUARDED ...`, nothing appended) (appendMany-n.lua).
+   * With `width` 0, `events` is a `PackedEvents`; with a `width`, every event
+   * has that many field values and `events` holds only the values, back to
+   * back, which Redis checks in one step instead of once per event.
    */
-  appendMany(partition: number, events: PackedEvents): Promise<AppendManyReply> {
-    const args = [this.keys.stream(partition), ...events];
-    if (this.lean) return sendLeanScript<AppendManyReply>(this.client, leanScript('eventrailAppendMany'), args);
-    return this.client.eventrailAppendMany(...(args as [string, ...PackedEvents])) as Promise<AppendManyReply>;
+  appendMany(input: AppendManyInput): Promise<AppendManyReply> {
+    const [numberOfKeys, args] = this.appendManyArgs(input);
+    if (this.lean) return sendLeanScript<AppendManyReply>(this.client, leanScript('eventrailAppendMany'), args, false, numberOfKeys);
+    return this.client.eventrailAppendMany(numberOfKeys, ...args) as Promise<AppendManyReply>;
+  }
+
+  /** `appendMany` queued on `pipeline` (one made with `client.pipeline()`, on a Cluster too: one partition's slot). */
+  queueAppendMany(pipeline: ChainableCommander, input: AppendManyInput): void {
+    const [numberOfKeys, args] = this.appendManyArgs(input);
+    (pipeline as EventrailPipeline).eventrailAppendMany(numberOfKeys, ...args);
+  }
+
+  private appendManyArgs({ partition, events, width = 0, guard }: AppendManyInput): [number, Array<string | number>] {
+    const stream = this.keys.stream(partition);
+    const args: Array<string | number> = guard
+      ? [stream, this.keys.runGuard(partition, guard.call), width, guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs]
+      : [stream, width];
+    for (const value of events) args.push(value);
+    return [guard ? 2 : 1, args];
   }
 
   /** Resolves when this connection runs the appendMany script (a call that appends nothing); rejects with the server's refusal. */
   async checkAppendMany(): Promise<void> {
-    await this.client.eventrailAppendMany(this.keys.stream(0));
+    await this.client.eventrailAppendMany(1, this.keys.stream(0));
   }
 
   /**
@@ -511,7 +530,18 @@ export type PublishDedupReply = [offset: string, duplicate: number];
  */
 export type PackedEvents = Array<string | number>;
 
-/** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made. */
+export interface AppendManyInput {
+  partition: number;
+  events: PackedEvents;
+  /** The field count of every event, `events` then holding only the values; 0 when `events` is `PackedEvents`. @default 0 */
+  width?: number;
+  guard?: RunGuard;
+}
+
+/**
+ * `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made, or the guard held
+ * the run back (an error starting with `GUARDED`).
+ */
 export type AppendManyReply = [offsets: string[], error?: string];
 
 export interface AppendManyDedupInput {

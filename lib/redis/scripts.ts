@@ -90,8 +90,12 @@ export interface EventrailCommands {
   /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
   eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
-  /** `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made (appendMany-1.lua). */
-  eventrailAppendMany(stream: string, ...countsAndFields: Array<string | number>): Promise<[string[], string?]>;
+  /**
+   * `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made or the run guard
+   * held the run back (appendMany-n.lua): keys are the stream, then the run guard when there is one; arguments
+   * the events' width, the guard's runs before, more and TTL (with a guard), then the events.
+   */
+  eventrailAppendMany(numberOfKeys: number, ...keysAndArgs: Array<string | number>): Promise<[string[], string?]>;
   /**
    * `[offsets, duplicates]`, or `[offsets, duplicates, error]` when a command failed after `offsets.length`
    * events were done, or the run guard held the run back (appendManyDedup-n.lua): keys are the stream, one
@@ -134,7 +138,7 @@ const SCRIPTS = [
   'dropGroup-6',
   'dropGroupPartition-4',
   'publishDedup-2',
-  'appendMany-1',
+  'appendMany-n',
   'appendManyDedup-n',
   'resetOffset-6',
   'readLag-3',

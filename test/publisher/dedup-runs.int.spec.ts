@@ -155,13 +155,13 @@ describe('publishMany with producer dedup', () => {
         const [numberOfKeys, ...rest] = args as [number, ...Array<string | number>];
         await expect(client.eventrailAppendManyDedup(numberOfKeys, ...rest)).rejects.toThrow(message);
       }
-      // appendMany checks a run's shape with the same code (append-run.lua).
+      // appendMany checks a counted run's shape with the same code (append-run.lua).
       for (const [args, message] of [
-        [[3, 'event', 'x', 'y'], 'appendMany: malformed arguments at position 1'],
-        [[2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 4'],
-        [[2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 4'],
+        [[0, 3, 'event', 'x', 'y'], 'appendMany: malformed arguments at position 2'],
+        [[0, 2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 5'],
+        [[0, 2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 5'],
       ] as Array<[Array<string | number>, string]>) {
-        await expect(client.eventrailAppendMany(stream, ...args)).rejects.toThrow(message);
+        await expect(client.eventrailAppendMany(1, stream, ...args)).rejects.toThrow(message);
       }
       expect(await redis.xlen(stream)).toBe(before);
       expect(await redis.exists('m1', 'm2', 'g1')).toBe(0);

@@ -140,7 +140,7 @@ describe.each([
 
   it('appends one, a run, and a dedup run to the partition’s stream, in order', async () => {
     const one = await scripts.append(1, ['type', 'one']);
-    const [offsets, failure] = await scripts.appendMany(1, [2, 'type', 'two', 4, 'type', 'three', 'data', '{}']);
+    const [offsets, failure] = await scripts.appendMany({ partition: 1, events: [2, 'type', 'two', 4, 'type', 'three', 'data', '{}'] });
     expect(failure).toBeUndefined();
     await scripts.checkAppendMany();
     const entries = await redis.xrange(keys.stream(1), one, '+');

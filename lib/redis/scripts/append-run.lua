@@ -1,5 +1,5 @@
 --[[
-  Shared by appendMany-1 and appendManyDedup-n (pasted where a script says
+  Shared by appendMany-n and appendManyDedup-n (pasted where a script says
   `--@include append-run`; not a script itself): a run of events in ARGV from
   position `from`, each its number of field arguments, then those arguments
   (field/value pairs, as one XADD takes them).
