@@ -29,8 +29,7 @@
   (an error reply then).
 
   An event costs Redis little more than its XADD: a run of one width is
-  checked in one step (no pass over the events), the common widths call
-  XADD with their arguments named (no unpack), and redis.call's error is
+  checked in one step (no pass over the events), and redis.call's error is
   caught once for the run (Lua's pcall) rather than tested after each event.
 ]]
 local call = redis.call
@@ -69,17 +68,7 @@ end
 local offsets = {}
 local n = 0
 local function appendAll()
-  if width == 4 then
-    for i = first, last, 4 do
-      offsets[n + 1] = call("XADD", stream, "*", ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
-      n = n + 1
-    end
-  elseif width == 2 then
-    for i = first, last, 2 do
-      offsets[n + 1] = call("XADD", stream, "*", ARGV[i], ARGV[i + 1])
-      n = n + 1
-    end
-  elseif width > 0 then
+  if width > 0 then
     for i = first, last, width do
       offsets[n + 1] = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
       n = n + 1
