@@ -5,10 +5,14 @@
 //   --aof          a second pass against a redis-server with appendonly yes, appendfsync always
 //   --only a,b     only these scenarios (ids as printed)
 //   --rounds N     rounds per scenario instead of each scenario's own
+//   --pin MODE     separate: Redis on one core, the bench and its child processes on another;
+//                  shared: all of them on one core; both (the full run's default): a pass each,
+//                  the shared one with the core scenarios only; none (the quick run's default)
 //   --variants a,b only these variants of each scenario (to profile one system: node --cpu-prof ...)
 //
 // EVENTRAIL_REDIS_URL: use that Redis (never flushed: every run uses a prefix of
 // its own and deletes it). BENCH_ENFORCE=1: exit non-zero when a target is missed.
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, release } from 'node:os';
@@ -28,7 +32,10 @@ interface Args {
   only?: string[];
   variants?: string[];
   rounds?: number;
+  pin?: Pinning;
 }
+
+type Pinning = 'separate' | 'shared' | 'both' | 'none';
 
 const RESULTS_DIR = join(__dirname, 'results');
 let current: BenchRedis | undefined;
@@ -43,10 +50,16 @@ function parseArgs(argv: string[]): Args {
     else if (flag === '--only') args.only = value().split(',');
     else if (flag === '--variants') args.variants = value().split(',');
     else if (flag === '--rounds') args.rounds = Number(value());
-    else throw new Error(`unknown argument ${argv[i]} (known: --quick, --aof, --only a,b, --variants a,b, --rounds N)`);
+    else if (flag === '--pin') args.pin = value() as Pinning;
+    else
+      throw new Error(
+        `unknown argument ${argv[i]} (known: --quick, --aof, --only a,b, --variants a,b, --rounds N, --pin separate|shared|both|none)`,
+      );
   }
   if (args.rounds !== undefined && !(Number.isInteger(args.rounds) && args.rounds > 0))
     throw new Error('--rounds needs a positive integer');
+  if (args.pin !== undefined && !['separate', 'shared', 'both', 'none'].includes(args.pin))
+    throw new Error(`--pin takes separate, shared, both or none, not ${args.pin}`);
   return args;
 }
 
@@ -68,12 +81,12 @@ async function runOnce(variant: Variant, redis: BenchRedis, admin: Redis, scenar
 /** The per-round ratios (or values) of a target and, when `judge`, whether their median meets it. */
 function evaluate(target: Target, variants: VariantResult[], judge: boolean): TargetResult {
   const own = variants.find((v) => v.id === target.variant);
-  const reference = variants.find((v) => v.id === target.reference);
-  const rounds = Math.min(own?.rounds.length ?? 0, target.reference ? (reference?.rounds.length ?? 0) : Infinity);
+  const references = (target.bestOf ?? (target.reference ? [target.reference] : [])).map((id) => variants.find((v) => v.id === id));
+  const rounds = Math.min(own?.rounds.length ?? 0, ...references.map((r) => r?.rounds.length ?? 0));
   const perRound: number[] = [];
   for (let i = 0; i < rounds; i++) {
     const value = (own as VariantResult).rounds[i][target.metric];
-    const base = reference?.rounds[i][target.metric];
+    const base = references.length === 0 ? undefined : Math.max(...references.map((r) => (r as VariantResult).rounds[i][target.metric]));
     perRound.push(base === undefined ? value : target.difference ? value - base : value / base);
   }
   const result: TargetResult = {
@@ -91,11 +104,15 @@ function evaluate(target: Target, variants: VariantResult[], judge: boolean): Ta
   return result;
 }
 
-/** Warm-up (full size only), then the rounds, each running every variant once: A B C A B C ... */
+/**
+ * Warm-up (full size only), then the rounds, each running every variant once, the order turning
+ * round by round (A B C, C B A, A B C ...): a drift of the host over a round (a warming cache, a
+ * neighbour's burst) then weighs on each variant alike.
+ */
 async function runScenario(
   scenario: Scenario,
   warmup: Scenario | undefined,
-  quick: boolean,
+  unjudged: boolean,
   redis: BenchRedis,
   admin: Redis,
 ): Promise<ScenarioResult> {
@@ -106,9 +123,9 @@ async function runScenario(
   try {
     for (const variant of warmup?.variants ?? []) await runOnce(variant, redis, admin, scenario.id);
     for (let round = 0; round < scenario.rounds; round++) {
-      for (let i = 0; i < scenario.variants.length; i++) {
-        variants[i].rounds.push((await runOnce(scenario.variants[i], redis, admin, scenario.id)).metrics);
-      }
+      const order = scenario.variants.map((_, i) => i);
+      if (round % 2 === 1) order.reverse();
+      for (const i of order) variants[i].rounds.push((await runOnce(scenario.variants[i], redis, admin, scenario.id)).metrics);
     }
   } catch (error) {
     errors.push((error as Error).stack ?? String(error));
@@ -116,8 +133,9 @@ async function runScenario(
   // Ratios only over rounds in which every variant ran.
   const complete = Math.min(...variants.map((v) => v.rounds.length));
   for (const v of variants) v.rounds.length = complete;
-  // Quick runs are too small to say anything about speed: they only check that everything ran.
-  const targets = scenario.targets.map((t) => evaluate(t, variants, !quick));
+  // Quick runs are too small to say anything about speed: they only check that everything ran. A pass
+  // whose targets are not judged (pinned to one core, AOF) reports its ratios only.
+  const targets = scenario.targets.map((t) => evaluate(t, variants, !unjudged));
   return {
     id: scenario.id,
     title: scenario.title,
@@ -130,7 +148,7 @@ async function runScenario(
   };
 }
 
-async function runPass(redis: BenchRedis, args: Args, label: string): Promise<PassResult> {
+async function runPass(redis: BenchRedis, args: Args, label: string, judged: boolean, sharedCore: boolean): Promise<PassResult> {
   const started = performance.now();
   const admin = new Redis(redis.url);
   try {
@@ -140,19 +158,45 @@ async function runPass(redis: BenchRedis, args: Args, label: string): Promise<Pa
     for (const factory of scenarioFactories) {
       const scenario = factory(args.size);
       if (args.only && !args.only.includes(scenario.id)) continue;
+      if (sharedCore && !scenario.sharedCore) continue;
       if (args.rounds) scenario.rounds = args.rounds;
       const warmup = args.size === 'full' && scenario.warmup ? factory('quick') : undefined;
       for (const s of [scenario, warmup]) {
         if (s && args.variants) s.variants = s.variants.filter((v) => args.variants?.includes(v.id));
       }
-      const result = await runScenario(scenario, warmup, args.size === 'quick', redis, admin);
+      const result = await runScenario(scenario, warmup, args.size === 'quick' || !judged, redis, admin);
       console.log(scenarioText(result));
       scenarios.push(result);
     }
-    return { redis: label, redisVersion, scenarios, seconds: (performance.now() - started) / 1000 };
+    return { redis: label, redisVersion, scenarios, seconds: (performance.now() - started) / 1000, judged };
   } finally {
     admin.disconnect();
   }
+}
+
+/**
+ * Pins every thread of `pid` to `cpus` (a taskset list: "0", "0-1"); threads and child processes
+ * started later inherit it. Without taskset (or on one core) it says so and leaves the process as it is.
+ */
+function pin(pid: number, cpus: string): boolean {
+  try {
+    execFileSync('taskset', ['-a', '-cp', cpus, String(pid)], { stdio: 'ignore' });
+    return true;
+  } catch (error) {
+    console.warn(`taskset could not pin pid ${pid} to ${cpus}: ${(error as Error).message}`);
+    return false;
+  }
+}
+
+/** The passes of a run on a server of our own: pinning (separate cores, then one shared core), then the AOF. */
+function passPlan(args: Args): Array<{ persistence: 'none' | 'aof-always'; pinning: 'separate' | 'shared' | 'none' }> {
+  const mode = args.pin ?? (args.size === 'quick' ? 'none' : 'both');
+  const cores = availableParallelism() >= 2;
+  if (!cores && mode !== 'none') console.warn('One CPU: the passes run unpinned');
+  const pinnings = !cores || mode === 'none' ? (['none'] as const) : mode === 'both' ? (['separate', 'shared'] as const) : [mode];
+  const plan: ReturnType<typeof passPlan> = pinnings.map((pinning) => ({ persistence: 'none' as const, pinning }));
+  if (args.aof) plan.push({ persistence: 'aof-always', pinning: pinnings[0] === 'shared' ? 'shared' : pinnings[0] });
+  return plan;
 }
 
 async function main(): Promise<number> {
@@ -162,17 +206,29 @@ async function main(): Promise<number> {
   const external = process.env.EVENTRAIL_REDIS_URL;
   if (external) {
     if (args.aof) console.warn('--aof is ignored with EVENTRAIL_REDIS_URL: that server keeps its own persistence settings');
-    passes.push(await runPass(await externalRedis(external), args, 'EVENTRAIL_REDIS_URL (prefixes, never flushed)'));
+    passes.push(await runPass(await externalRedis(external), args, 'EVENTRAIL_REDIS_URL (prefixes, never flushed)', true, false));
   } else {
-    const settings = args.aof ? (['none', 'aof-always'] as const) : (['none'] as const);
-    for (const persistence of settings) {
+    const all = `0-${availableParallelism() - 1}`;
+    const plan = passPlan(args);
+    for (const { persistence, pinning } of plan) {
       current = await startRedisServer(persistence);
       try {
-        const label = persistence === 'none' ? 'no persistence' : '`appendonly yes`, `appendfsync always`';
-        passes.push(await runPass(current, args, label));
+        // Redis on core 0; the bench (and the processes it starts) on core 1, or on core 0 beside it.
+        if (pinning !== 'none') {
+          pin(current.pid as number, '0');
+          pin(process.pid, pinning === 'separate' ? '1' : '0');
+        }
+        const where = { separate: ', Redis and the bench on separate cores', shared: ', Redis and the bench on one core', none: '' }[
+          pinning
+        ];
+        const label = (persistence === 'none' ? 'no persistence' : '`appendonly yes`, `appendfsync always`') + where;
+        // Targets are judged on the first pass without persistence; the others are reported.
+        const judged = persistence === 'none' && plan.findIndex((p) => p.persistence === 'none') === passes.length;
+        passes.push(await runPass(current, args, label, judged, pinning === 'shared' && plan.some((p) => p.pinning === 'separate')));
       } finally {
         await current.stop();
         current = undefined;
+        pin(process.pid, all);
       }
     }
   }
@@ -198,11 +254,7 @@ function exitCode(result: BenchResult): number {
   const failed = scenarios.filter((s) => s.errors.length > 0 || s.variants.some((v) => v.rounds.length === 0));
   if (scenarios.length === 0) console.error('No scenario ran (check --only).');
   for (const s of failed) console.error(`FAILED: ${s.title}`);
-  const missed = result.passes.flatMap((p) =>
-    p.redis === 'no persistence' || p.redis.startsWith('EVENTRAIL')
-      ? p.scenarios.flatMap((s) => s.targets.filter((t) => t.met === false))
-      : [],
-  );
+  const missed = result.passes.flatMap((p) => (p.judged ? p.scenarios.flatMap((s) => s.targets.filter((t) => t.met === false)) : []));
   if (missed.length > 0) console.log(`Targets missed: ${missed.map((t) => t.label).join('; ')}`);
   if (scenarios.length === 0 || failed.length > 0) return 1;
   if (process.env.BENCH_ENFORCE === '1' && missed.length > 0) {

@@ -107,7 +107,7 @@ async function run(ctx: RunContext, events: number, shape: 'single' | 'batch', w
   });
   try {
     await fillLog(app, events, KEYS);
-    return await timeDrain(countdown, events, `${shape} handler, ${work}`, () => startConsumers(app));
+    return await timeDrain(ctx, countdown, events, `${shape} handler, ${work}`, () => startConsumers(app));
   } finally {
     await app.close();
     store.disconnect();

@@ -29,7 +29,7 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   const app = await createEventrailApp({ url: ctx.url, prefix: ctx.prefix, handler: async () => countdown.hit() });
   try {
     await fillLog(app, events);
-    return await timeDrain(countdown, events, 'eventrail drain', () => startConsumers(app));
+    return await timeDrain(ctx, countdown, events, 'eventrail drain', () => startConsumers(app));
   } finally {
     await app.close();
   }

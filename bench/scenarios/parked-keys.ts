@@ -72,7 +72,7 @@ async function run(ctx: RunContext, events: number, ordering: Ordering, failForM
   });
   try {
     await fillLog(app, events, KEYS);
-    return await timeDrain(countdown, others, `other keys, ordering ${ordering}`, () => {
+    return await timeDrain(ctx, countdown, others, `other keys, ordering ${ordering}`, () => {
       if (failForMs > 0) failUntil = Date.now() + failForMs;
       return startConsumers(app);
     });

@@ -43,7 +43,7 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   });
   try {
     await fillLog(app, events, KEYS);
-    return await timeDrain(countdown, events, 'eventrail with waiting handlers', () => startConsumers(app));
+    return await timeDrain(ctx, countdown, events, 'eventrail with waiting handlers', () => startConsumers(app));
   } finally {
     await app.close();
   }
@@ -56,7 +56,7 @@ async function bullmq(ctx: RunContext, events: number): Promise<Measurement> {
   try {
     await fillQueue(queue, events);
     await worker.waitUntilReady();
-    return await timeDrain(countdown, events, 'BullMQ with waiting handlers', () => runWorker(worker));
+    return await timeDrain(ctx, countdown, events, 'BullMQ with waiting handlers', () => runWorker(worker));
   } finally {
     await worker.close();
     await queue.close();

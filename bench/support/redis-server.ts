@@ -13,6 +13,8 @@ export interface BenchRedis {
   persistence: Persistence | 'external';
   /** True when the benchmark started this server, so it may flush it. */
   owned: boolean;
+  /** The server's pid when the benchmark started it (pinned to a core with the rest). */
+  pid?: number;
   stop(): Promise<void>;
 }
 
@@ -30,6 +32,7 @@ export async function startRedisServer(persistence: Persistence): Promise<BenchR
     url: server.url,
     persistence,
     owned: true,
+    pid: server.pid,
     async stop() {
       await server.stop('SIGTERM');
       if (persistence !== 'none') {

@@ -38,6 +38,8 @@ export interface PassResult {
   redisVersion: string;
   scenarios: ScenarioResult[];
   seconds: number;
+  /** Targets are judged on this pass (the first without persistence); the others are reported only. */
+  judged: boolean;
 }
 
 export interface BenchResult {
@@ -66,7 +68,7 @@ function bound(target: TargetResult): string {
 /** "met", "missed by 4.7%", "-" for information only, or "not judged" in a quick run. */
 export function verdict(target: TargetResult): string {
   if (!target.summary) return 'not measured';
-  if (target.met === undefined) return target.atLeast === undefined && target.atMost === undefined ? '-' : 'not judged (quick run)';
+  if (target.met === undefined) return target.atLeast === undefined && target.atMost === undefined ? '-' : 'not judged here';
   if (target.met) return 'met';
   const median = target.summary.median;
   if (target.difference) {
@@ -86,10 +88,15 @@ function range(summary: Summary, digits: number): string {
   return `${formatNumber(summary.min, digits)}–${formatNumber(summary.max, digits)}`;
 }
 
+/** The median's bootstrap interval (5th–95th percentile of resampled medians). */
+function interval(summary: Summary, digits: number): string {
+  return `${formatNumber(summary.low, digits)}–${formatNumber(summary.high, digits)}`;
+}
+
 /** The Markdown tables of one pass: measurements, then ratios and targets. */
 export function passMarkdown(pass: PassResult): string {
   const lines = [
-    `### Redis ${pass.redisVersion}, ${pass.redis}`,
+    `### Redis ${pass.redisVersion}, ${pass.redis}${pass.judged ? ' (targets judged on this pass)' : ' (ratios reported, not judged)'}`,
     '',
     '| scenario | system | events | metric | median | min–max | rounds |',
     '|---|---|---:|---|---:|---:|---:|',
@@ -106,12 +113,14 @@ export function passMarkdown(pass: PassResult): string {
       }
     }
   }
-  lines.push('', '| ratio or value | per round | median (min–max) | target | result |', '|---|---|---|---|---|');
+  lines.push('', '| ratio or value | per round | median [bootstrap 5–95%] (min–max) | target | result |', '|---|---|---|---|---|');
   for (const scenario of pass.scenarios) {
     for (const target of scenario.targets) {
       const digits = ratioDigits(target);
       const rounds = target.perRound.map((v) => formatNumber(v, digits)).join(', ');
-      const median = target.summary ? `${formatNumber(target.summary.median, digits)} (${range(target.summary, digits)})` : '-';
+      const median = target.summary
+        ? `${formatNumber(target.summary.median, digits)} [${interval(target.summary, digits)}] (${range(target.summary, digits)})`
+        : '-';
       lines.push(`| ${target.label} | ${rounds} | ${median} | ${bound(target)} | ${verdict(target)} |`);
     }
   }
@@ -150,7 +159,7 @@ export function scenarioText(scenario: ScenarioResult): string {
   for (const target of scenario.targets) {
     const digits = ratioDigits(target);
     const s = target.summary;
-    const median = s ? `${formatNumber(s.median, digits)} (${range(s, digits)})` : '-';
+    const median = s ? `${formatNumber(s.median, digits)} [${interval(s, digits)}] (${range(s, digits)})` : '-';
     lines.push(
       `  > ${target.label}: ${median}  rounds: ${target.perRound.map((v) => formatNumber(v, digits)).join(' ')}  ` +
         `target ${bound(target)}: ${verdict(target).replace(/\*/g, '')}`,

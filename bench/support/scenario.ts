@@ -46,6 +46,8 @@ export interface Target {
   reference?: string;
   /** Judge `variant - reference` instead of `variant / reference` (latency: "at most 0.1 ms above raw"). */
   difference?: boolean;
+  /** The reference is the best (highest) of these variants in each round: "BullMQ at its best setting". */
+  bestOf?: string[];
   atLeast?: number;
   atMost?: number;
 }
@@ -59,6 +61,8 @@ export interface Scenario {
   warmup: boolean;
   variants: Variant[];
   targets: Target[];
+  /** Also run in the pass where Redis and the bench share one core (the core scenarios only: it doubles their time). */
+  sharedCore?: boolean;
 }
 
 export type ScenarioFactory = (size: Size) => Scenario;

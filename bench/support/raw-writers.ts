@@ -1,0 +1,132 @@
+import { spawn } from 'node:child_process';
+import Redis from 'ioredis';
+import { BENCH_EVENT, minimalFields, PAYLOAD } from './payload';
+
+/**
+ * The raw writers eventrail's publishing is measured against: what a skilled engineer writes with
+ * ioredis for the same entries (`event` and a 200-byte `data`, the fields eventrail writes for an
+ * event without key or id), with the same replies (each entry's id).
+ */
+
+/**
+ * XADD of every entry of a run in one script call (`runs` of `RUN` entries, each sent as soon as
+ * it is built): the strongest raw batch writer on one connection.
+ */
+export const RAW_MULTI_XADD = `
+local ids = {}
+local n = 0
+for i = 1, #ARGV, 4 do
+  n = n + 1
+  ids[n] = redis.call('XADD', KEYS[1], '*', ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+end
+return ids`;
+
+export interface MultiXaddClient extends Redis {
+  rawMultiXadd(key: string, ...args: string[]): Promise<string[]>;
+}
+
+/** A plain client with `rawMultiXadd` defined (EVALSHA, loaded on first use). */
+export function multiXaddClient(url: string): MultiXaddClient {
+  const client = new Redis(url) as MultiXaddClient;
+  client.defineCommand('rawMultiXadd', { numberOfKeys: 1, lua: RAW_MULTI_XADD });
+  return client;
+}
+
+/** One batch of `count` entries as runs of `run` in script calls; resolves with the ids. */
+export async function multiXaddBatch(client: MultiXaddClient, key: string, count: number, run: number): Promise<string[]> {
+  const calls: Array<Promise<string[]>> = [];
+  for (let from = 0; from < count; from += run) {
+    const args: string[] = [];
+    for (let i = from; i < Math.min(count, from + run); i++) args.push(...minimalFields(JSON.stringify(PAYLOAD)));
+    calls.push(client.rawMultiXadd(key, ...args));
+  }
+  return (await Promise.all(calls)).flat();
+}
+
+interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
+/** One batch of `count` XADDs written to the socket corked: one write for the batch, one reply each. */
+export async function corkedXaddBatch(client: Redis, key: string, count: number): Promise<string[]> {
+  const stream = (client as unknown as { stream: Corkable }).stream;
+  const replies: Array<Promise<string | null>> = [];
+  stream.cork();
+  for (let i = 0; i < count; i++) replies.push(client.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD))));
+  stream.uncork();
+  return (await Promise.all(replies)) as string[];
+}
+
+/**
+ * A plain client whose XADDs of one tick leave in one socket write: the first call of a tick corks
+ * the socket, a `process.nextTick` uncorks it. What many callers of one process get from the
+ * cheapest coalescing there is.
+ */
+export function tickCorkedXadd(client: Redis, key: string): () => Promise<string | null> {
+  const stream = (client as unknown as { stream: Corkable }).stream;
+  let corked = false;
+  const uncork = (): void => {
+    corked = false;
+    stream.uncork();
+  };
+  return () => {
+    if (!corked) {
+      corked = true;
+      stream.cork();
+      process.nextTick(uncork);
+    }
+    return client.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD)));
+  };
+}
+
+/**
+ * The callers of one tick share one `rawMultiXadd` call, sent on `process.nextTick`: the per-tick
+ * Lua batch, each caller resolving with its own id.
+ */
+export function tickMultiXadd(client: MultiXaddClient, key: string): () => Promise<string> {
+  let pending: Array<{ resolve: (id: string) => void; reject: (error: Error) => void }> = [];
+  let args: string[] = [];
+  const flush = (): void => {
+    const waiting = pending;
+    const sent = args;
+    pending = [];
+    args = [];
+    client.rawMultiXadd(key, ...sent).then(
+      (ids) => waiting.forEach((w, i) => w.resolve(ids[i])),
+      (error: Error) => waiting.forEach((w) => w.reject(error)),
+    );
+  };
+  return () =>
+    new Promise<string>((resolve, reject) => {
+      if (pending.length === 0) process.nextTick(flush);
+      pending.push({ resolve, reject });
+      args.push(...minimalFields(JSON.stringify(PAYLOAD)));
+    });
+}
+
+/**
+ * The server's own ceiling for these entries: `redis-benchmark` XADDs, 50 clients pipelining 100
+ * commands each. Events per second, or undefined when redis-benchmark is not installed.
+ */
+export function serverCeiling(url: string, key: string, events: number): Promise<number | undefined> {
+  const { hostname, port } = new URL(url);
+  const args = ['-h', hostname, '-p', port || '6379', '-n', String(events), '-P', '100', '-c', '50', '--csv'];
+  args.push('XADD', key, '*', 'event', BENCH_EVENT, 'data', JSON.stringify(PAYLOAD));
+  return new Promise((resolve) => {
+    const child = spawn('redis-benchmark', args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    // It retries a server that does not answer for ever: a run that hangs ends as "no ceiling".
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000 + events / 10);
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.once('error', () => resolve(undefined));
+    child.once('exit', () => {
+      clearTimeout(timer);
+      // "test","rps", then six latencies: the last line is the XADD's. Its test name holds the payload's
+      // commas, so rps is counted from the end.
+      const columns = (out.trim().split('\n').pop() ?? '').split(',');
+      const rps = Number(columns[columns.length - 7]?.replace(/"/g, ''));
+      resolve(Number.isFinite(rps) && rps > 0 ? rps : undefined);
+    });
+  });
+}
