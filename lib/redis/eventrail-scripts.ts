@@ -10,7 +10,7 @@ import type { XReadBufferReply } from './stream-read';
  * KEYS and ARGV of every call are built here, from the key schema, so no
  * caller knows a script's argument order or a key name.
  *
- * The scripts sent per batch on the hot path (a commit, a packed backlog
+ * The scripts sent per batch on the hot path (a commit, a bounded backlog
  * read, a run of `publishMany`) and the hot plain commands (a publish's
  * XADD, a worker's XREAD) go through `lean-command.ts`, the only file that
  * relies on ioredis internals; where they are missing, the same calls go as
@@ -378,8 +378,8 @@ export class EventrailScripts {
 
   /**
    * At most `count` entries of `stream` after `after`, and at most `maxBytes` of them unless the first is
-   * bigger, packed by Redis as the MessagePack of XRANGE's answer (readBacklog-1.lua), on `connection`;
-   * with the size of the biggest entry packed and of the entry left out for the bytes (0 when none was).
+   * bigger, as XRANGE answers them (readBacklog-1.lua), on `connection`;
+   * with the size of the biggest entry read and of the entry left out for the bytes (0 when none was).
    */
   static async readBacklog(
     connection: Redis | Cluster,
@@ -387,11 +387,11 @@ export class EventrailScripts {
     after: string,
     count: number,
     maxBytes: number,
-  ): Promise<PackedRead> {
-    const [packed, largest, left] = leanCommandsSupported
+  ): Promise<BacklogRead> {
+    const [entries, largest, left] = leanCommandsSupported
       ? await sendLeanScript<ReadBacklogReply>(connection, leanScript('eventrailReadBacklog'), [stream, after, count, maxBytes], true)
       : await registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count, maxBytes);
-    return { packed, largest: Number(largest), left: Number(left) };
+    return { entries, largest: Number(largest), left: Number(left) };
   }
 
   /** `XREAD COUNT count BLOCK blockMs STREAMS stream after` on `connection`, read as Buffers; without `blockMs`, a read that does not wait. */
@@ -421,12 +421,13 @@ export class EventrailScripts {
 
 const PREVIOUS_HOLDER: Record<number, AcquireLeaseResult['previousHolder']> = { 0: 'released', 1: 'unreleased', 2: 'droppedGeneration' };
 
-/** A packed backlog read (readBacklog-1.lua): sizes are an entry's id, field names and values, in bytes. */
-export interface PackedRead {
-  packed: Buffer;
-  /** The biggest entry packed (0 when none). */
+/** A backlog read bounded by bytes (readBacklog-1.lua): sizes are an entry's id, field names and values, in bytes. */
+export interface BacklogRead {
+  /** As XRANGE answers them, read as Buffers. */
+  entries: Array<[id: Buffer, fields: Buffer[]]>;
+  /** The biggest entry read (0 when none). */
   largest: number;
-  /** The entry after the last one packed, when the byte bound left it out; 0 when the count or the stream's end stopped the read. */
+  /** The entry after the last one read, when the byte bound left it out; 0 when the count or the stream's end stopped the read. */
   left: number;
 }
 

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { LeanScript } from './lean-command';
 
-/** readBacklog-1.lua's answer, read as Buffers: the packed entries, the biggest entry's size, the left-out entry's size. */
-export type ReadBacklogReply = [packed: Buffer, largest: number, left: number];
+/** readBacklog-1.lua's answer, read as Buffers: the entries as XRANGE answers them, the biggest entry's size, the left-out entry's size. */
+export type ReadBacklogReply = [entries: Array<[id: Buffer, fields: Buffer[]]>, largest: number, left: number];
 
 /**
  * Commands eventrail adds to a client, one per Lua file named
@@ -85,7 +85,7 @@ export interface EventrailCommands {
   eventrailReanchorPosition(stream: string, recovery: string, firstBeforeTrim: string): Promise<number>;
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
-  /** The entries after `after`, at most `count` and `maxBytes`, as the MessagePack of XRANGE's answer, with the sizes of the biggest and of the one left out (readBacklog-1.lua); read as Buffers. */
+  /** The entries after `after`, at most `count` and `maxBytes`, as XRANGE answers them, with the sizes of the biggest and of the one left out (readBacklog-1.lua); read as Buffers. */
   eventrailReadBacklogBuffer(stream: string, after: string, count: number, maxBytes: number): Promise<ReadBacklogReply>;
   /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
   eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;

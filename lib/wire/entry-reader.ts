@@ -101,54 +101,6 @@ export function readEntryBuffers(offsetBytes: Buffer, fields: Buffer[], origin: 
 }
 
 /**
- * The entries `readBacklog-1.lua` packed with Redis's `cmsgpack`: an array of
- * `[id, [name, value, ...]]`, as XRANGE answers, every string a MessagePack
- * str. Read in place, without a string per field name. Throws on anything
- * else (it is a read error then, and the read is retried).
- */
-export function readPackedEntries(packed: Buffer, origin: EntryOrigin): Array<RawEntry | MalformedEntry> {
-  const cursor = new PackCursor(packed);
-  const count = cursor.array();
-  const entries = new Array<RawEntry | MalformedEntry>(count);
-  for (let e = 0; e < count; e++) {
-    if (cursor.array() !== 2) throw new PackedReplyError(cursor.at, 'an entry that is not [id, fields]');
-    const idLength = cursor.string();
-    const offset = latin1(packed, cursor.at, cursor.at + idLength);
-    cursor.at += idLength;
-    const fieldCount = cursor.array();
-    const fieldsAt = cursor.at;
-    found.reset();
-    for (let i = 0; i < fieldCount; i++) {
-      const nameLength = cursor.string();
-      const nameAt = cursor.at;
-      cursor.at += nameLength;
-      if (++i === fieldCount) break; // a name without a value: readEntry ignores it too
-      const valueLength = cursor.string();
-      found.set(fieldOf(packed, nameAt, nameLength), packed, cursor.at, cursor.at + valueLength);
-      cursor.at += valueLength;
-    }
-    const entry = found.result(offset, origin);
-    entries[e] =
-      typeof entry === 'string' ? { offset, fields: packedStrings(packed, fieldsAt, fieldCount), reason: entry, to: found.to } : entry;
-  }
-  if (cursor.at !== packed.length) throw new PackedReplyError(cursor.at, 'bytes after the last entry');
-  return entries;
-}
-
-/** Every field of a malformed packed entry, as a string. */
-function packedStrings(packed: Buffer, at: number, count: number): string[] {
-  const cursor = new PackCursor(packed);
-  cursor.at = at;
-  const strings = new Array<string>(count);
-  for (let i = 0; i < count; i++) {
-    const length = cursor.string();
-    strings[i] = utf8(packed, cursor.at, cursor.at + length);
-    cursor.at += length;
-  }
-  return strings;
-}
-
-/**
  * The field the name at `bytes[at, at + length)` is: by its length, then
  * every byte (spelt out: this runs for every field of every entry read);
  * `UNKNOWN` for any other name.
@@ -178,60 +130,4 @@ function fieldOf(b: Buffer, at: number, length: number): number {
     default:
       return UNKNOWN;
   }
-}
-
-/** A packed reply that is not what readBacklog-1.lua sends. */
-class PackedReplyError extends Error {
-  constructor(at: number, what: string) {
-    super(`Packed backlog read: ${what} at byte ${at}`);
-    this.name = 'PackedReplyError';
-  }
-}
-
-/**
- * Walks the MessagePack that `cmsgpack.pack` makes of XRANGE's answer: arrays
- * (fixarray, array 16, array 32) and strings (fixstr, str 8/16/32, and bin
- * 8/16/32 for good measure). Each read checks that what it announces fits.
- */
-class PackCursor {
-  at = 0;
-
-  constructor(private readonly bytes: Buffer) {}
-
-  /** Reads an array header; the element count. */
-  array(): number {
-    const type = this.bytes[this.at];
-    let count: number;
-    if (type >= 0x90 && type <= 0x9f) count = this.header(1, type & 0x0f);
-    else if (type === 0xdc) count = this.header(3, this.bytes.readUInt16BE(this.at + 1));
-    else if (type === 0xdd) count = this.header(5, this.bytes.readUInt32BE(this.at + 1));
-    else throw new PackedReplyError(this.at, `type ${hex(type)} where an array was expected`);
-    // Every element takes a byte at least: a count past the end is a broken reply, not an allocation to make.
-    if (count > this.bytes.length - this.at) throw new PackedReplyError(this.at, 'an array longer than the reply');
-    return count;
-  }
-
-  /** Reads a string header; the string's length in bytes (it starts at `at`, and is there). */
-  string(): number {
-    const type = this.bytes[this.at];
-    let length: number;
-    if (type >= 0xa0 && type <= 0xbf) length = this.header(1, type & 0x1f);
-    else if (type === 0xd9 || type === 0xc4) length = this.header(2, this.bytes[this.at + 1]);
-    else if (type === 0xda || type === 0xc5) length = this.header(3, this.bytes.readUInt16BE(this.at + 1));
-    else if (type === 0xdb || type === 0xc6) length = this.header(5, this.bytes.readUInt32BE(this.at + 1));
-    else throw new PackedReplyError(this.at, `type ${hex(type)} where a string was expected`);
-    if (!(length <= this.bytes.length - this.at)) throw new PackedReplyError(this.at, 'a string cut short');
-    return length;
-  }
-
-  /** Moves past a header of `size` bytes (which must all be there) that announces `value`. */
-  private header(size: number, value: number): number {
-    if (this.at + size > this.bytes.length) throw new PackedReplyError(this.at, 'a header cut short');
-    this.at += size;
-    return value;
-  }
-}
-
-function hex(type: number | undefined): string {
-  return type === undefined ? 'the end' : `0x${type.toString(16).padStart(2, '0')}`;
 }

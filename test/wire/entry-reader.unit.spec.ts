@@ -1,6 +1,6 @@
 import { EntryOrigin, isMalformed, readEntry } from '../../lib/wire/codec';
 import { logTag } from '../../lib/wire/event-id';
-import { readEntryBuffers, readPackedEntries } from '../../lib/wire/entry-reader';
+import { readEntryBuffers } from '../../lib/wire/entry-reader';
 import { seededRandom } from '../support/seeded-random';
 
 const ORIGIN: EntryOrigin = { partition: 5, logTag: logTag('eventrail') };
@@ -80,44 +80,8 @@ function expected(offset: string, fields: Fields): ReturnType<typeof readEntry> 
   );
 }
 
-// MessagePack as Redis's cmsgpack writes XRANGE's answer: arrays and str, each in its shortest form.
-function packArray(length: number): Buffer {
-  if (length <= 15) return Buffer.from([0x90 | length]);
-  if (length <= 0xffff) return Buffer.from([0xdc, length >> 8, length & 0xff]);
-  const header = Buffer.alloc(5);
-  header[0] = 0xdd;
-  header.writeUInt32BE(length, 1);
-  return header;
-}
-
-function packString(bytes: Buffer, bin = false): Buffer {
-  const n = bytes.length;
-  let header: Buffer;
-  if (n < 32 && !bin) header = Buffer.from([0xa0 | n]);
-  else if (n <= 0xff) header = Buffer.from([bin ? 0xc4 : 0xd9, n]);
-  else if (n <= 0xffff) header = Buffer.from([bin ? 0xc5 : 0xda, n >> 8, n & 0xff]);
-  else {
-    header = Buffer.alloc(5);
-    header[0] = bin ? 0xc6 : 0xdb;
-    header.writeUInt32BE(n, 1);
-  }
-  return Buffer.concat([header, bytes]);
-}
-
-function pack(entries: Array<[string, Fields]>, bin = false): Buffer {
-  return Buffer.concat([
-    packArray(entries.length),
-    ...entries.flatMap(([offset, fields]) => [
-      packArray(2),
-      packString(Buffer.from(offset), bin),
-      packArray(fields.length),
-      ...fields.map((f) => packString(f, bin)),
-    ]),
-  ]);
-}
-
 describe('reading entries from bytes', () => {
-  it('reads every generated entry exactly as readEntry reads its decoded strings, from an xreadBuffer reply and packed', () => {
+  it('reads every generated entry exactly as readEntry reads its decoded strings, from an xreadBuffer reply', () => {
     const kinds = { valid: 0, malformed: 0 };
     for (let seed = 1; seed <= 40; seed++) {
       const random = seededRandom(seed);
@@ -129,8 +93,6 @@ describe('reading entries from bytes', () => {
       for (const entry of want) kinds[isMalformed(entry) ? 'malformed' : 'valid']++;
       const fromBuffers = batch.map(([offset, fields]) => readEntryBuffers(Buffer.from(offset), fields, ORIGIN));
       expect({ seed, entries: fromBuffers }).toEqual({ seed, entries: want });
-      expect({ seed, entries: readPackedEntries(pack(batch), ORIGIN) }).toEqual({ seed, entries: want });
-      expect({ seed, entries: readPackedEntries(pack(batch, true), ORIGIN) }).toEqual({ seed, entries: want });
     }
     // The generator makes both, plenty of each.
     expect(kinds.valid).toBeGreaterThan(500);
@@ -147,31 +109,11 @@ describe('reading entries from bytes', () => {
     const fields = strings.map((s) => Buffer.from(s));
     const malformed = { offset: '7-1', fields: strings, reason, to: undefined };
     expect(readEntryBuffers(Buffer.from('7-1'), fields, ORIGIN)).toEqual(malformed);
-    expect(readPackedEntries(pack([['7-1', fields]]), ORIGIN)).toEqual([malformed]);
   });
 
   it('keeps the `to` of a malformed entry, so a replay of it stays with its group', () => {
     const fields = ['to', 'ledger', 'data', '{}'].map((s) => Buffer.from(s));
     expect(readEntryBuffers(Buffer.from('1-0'), fields, ORIGIN)).toMatchObject({ reason: 'missing field "event"', to: 'ledger' });
-  });
-
-  it('reads long values and many fields in the longer MessagePack forms (str 16 and 32, array 16 and 32)', () => {
-    const long = Buffer.from(`"${'a'.repeat(70_000)}"`);
-    const many: Fields = ['event', 'e', 'data', '1'].map((s) => Buffer.from(s));
-    for (let i = 0; i < 20; i++) many.push(Buffer.from(`extra${i}`), Buffer.from('é'.repeat(i * 20)));
-    const entries: Array<[string, Fields]> = [
-      ['1-1', [Buffer.from('event'), Buffer.from('e'), Buffer.from('data'), long]],
-      ['1-2', many],
-      ...Array.from({ length: 70_000 }, (_, i): [string, Fields] => [
-        `2-${i}`,
-        [Buffer.from('event'), Buffer.from('e'), Buffer.from('data'), Buffer.from(String(i))],
-      ]),
-    ];
-    const read = readPackedEntries(pack(entries), ORIGIN);
-    expect(read).toHaveLength(entries.length);
-    expect(read[0]).toMatchObject({ offset: '1-1', data: long.toString() });
-    expect(read[1]).toEqual(expected('1-2', many));
-    expect(read[70_001]).toMatchObject({ offset: '2-69999', data: '69999' });
   });
 
   it("reads the same through Buffer's toString where Node would not have utf8Slice and latin1Slice", () => {
@@ -189,21 +131,5 @@ describe('reading entries from bytes', () => {
     }
     const want = batch.map(([offset, fields]) => expected(offset, fields));
     expect(batch.map(([offset, fields]) => reader?.readEntryBuffers(Buffer.from(offset), fields, ORIGIN))).toEqual(want);
-    expect(reader?.readPackedEntries(pack(batch), ORIGIN)).toEqual(want);
-  });
-
-  it('reads an empty batch', () => {
-    expect(readPackedEntries(Buffer.from([0x90]), ORIGIN)).toEqual([]);
-  });
-
-  it('refuses a packed reply cut short anywhere, or with anything after it or in it that is not an array or a string', () => {
-    const random = seededRandom(99);
-    const packed = pack(Array.from({ length: 5 }, () => [randomOffset(random), randomFields(random)] as [string, Fields]));
-    for (let cut = 0; cut < packed.length; cut++) expect(() => readPackedEntries(packed.subarray(0, cut), ORIGIN)).toThrow();
-    expect(() => readPackedEntries(Buffer.concat([packed, Buffer.from([0xa0])]), ORIGIN)).toThrow('after the last entry');
-    expect(() => readPackedEntries(Buffer.from([0x91, 0x93, 0xa1, 0x31, 0x90, 0x90]), ORIGIN)).toThrow('not [id, fields]');
-    expect(() => readPackedEntries(Buffer.from([0x91, 0x92, 0x01, 0x90]), ORIGIN)).toThrow('where a string was expected');
-    expect(() => readPackedEntries(Buffer.from([0x80]), ORIGIN)).toThrow('where an array was expected');
-    expect(() => readPackedEntries(Buffer.from([0xdd, 0xff, 0xff, 0xff, 0xff]), ORIGIN)).toThrow('longer than the reply');
   });
 });
