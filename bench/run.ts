@@ -84,9 +84,19 @@ function evaluate(target: Target, variants: VariantResult[], judge: boolean): Ta
   const references = (target.bestOf ?? (target.reference ? [target.reference] : [])).map((id) => variants.find((v) => v.id === id));
   const rounds = Math.min(own?.rounds.length ?? 0, ...references.map((r) => r?.rounds.length ?? 0));
   const perRound: number[] = [];
+  const bases: Array<number | undefined> = [];
+  for (let i = 0; i < rounds; i++) {
+    bases.push(references.length === 0 ? undefined : Math.max(...references.map((r) => (r as VariantResult).rounds[i][target.metric])));
+  }
+  const quiet = Math.min(...bases.filter((b): b is number => b !== undefined));
+  let dropped = 0;
   for (let i = 0; i < rounds; i++) {
     const value = (own as VariantResult).rounds[i][target.metric];
-    const base = references.length === 0 ? undefined : Math.max(...references.map((r) => (r as VariantResult).rounds[i][target.metric]));
+    const base = bases[i];
+    if (target.quietFactor !== undefined && base !== undefined && base > target.quietFactor * quiet) {
+      dropped++;
+      continue;
+    }
     perRound.push(base === undefined ? value : target.difference ? value - base : value / base);
   }
   const result: TargetResult = {
@@ -95,6 +105,7 @@ function evaluate(target: Target, variants: VariantResult[], judge: boolean): Ta
     atLeast: target.atLeast,
     atMost: target.atMost,
     difference: target.difference,
+    ...(dropped > 0 ? { dropped } : {}),
   };
   if (perRound.length === 0) return result;
   result.summary = summarize(perRound);

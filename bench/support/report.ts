@@ -19,6 +19,8 @@ export interface TargetResult {
   difference?: boolean;
   /** Undefined for a ratio reported for information, or when no round completed. */
   met?: boolean;
+  /** Rounds left out because the reference was more than `quietFactor` times its quiet value. */
+  dropped?: number;
 }
 
 export interface ScenarioResult {
@@ -121,7 +123,8 @@ export function passMarkdown(pass: PassResult): string {
       const median = target.summary
         ? `${formatNumber(target.summary.median, digits)} [${interval(target.summary, digits)}] (${range(target.summary, digits)})`
         : '-';
-      lines.push(`| ${target.label} | ${rounds} | ${median} | ${bound(target)} | ${verdict(target)} |`);
+      const dropped = target.dropped ? ` (${target.dropped} noisy round(s) left out)` : '';
+      lines.push(`| ${target.label} | ${rounds}${dropped} | ${median} | ${bound(target)} | ${verdict(target)} |`);
     }
   }
   const load = pass.scenarios.map((s) => `${s.id} ${s.load.map((l) => l.toFixed(1)).join('→')}`).join(', ');

@@ -46,6 +46,11 @@ export interface Target {
   reference?: string;
   /** Judge `variant - reference` instead of `variant / reference` (latency: "at most 0.1 ms above raw"). */
   difference?: boolean;
+  /**
+   * Judge only the rounds in which the reference's value is at most this many times its lowest over
+   * the rounds (its quiet value): a round where the host stalled the reference too says nothing.
+   */
+  quietFactor?: number;
   /** The reference is the best (highest) of these variants in each round: "BullMQ at its best setting". */
   bestOf?: string[];
   atLeast?: number;
