@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Injectable, INestApplicationContext } from '@nestjs/common';
+import { Injectable, INestApplicationContext, Logger } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
 import { EventrailScripts } from '../../lib/redis/eventrail-scripts';
@@ -455,6 +455,7 @@ describe('a worker reading in chunks, its reading connection killed', () => {
   });
 
   it('CLIENT KILL of the connection that runs the read script, 12 times during a drain of 1 B to 300 KiB entries: every entry, per key in order', async () => {
+    handled.length = 0;
     server = await startRedisServer();
     redis = new Redis(server.url);
     const prefix = uniquePrefix('chunks');
@@ -500,6 +501,56 @@ describe('a worker reading in chunks, its reading connection killed', () => {
     }
     // A killed read is dropped and read again from where it started: nothing is handled twice.
     expect(handled.length).toBe(total);
+  });
+
+  it('SCRIPT FLUSH 10 times under a drain: the script is sent again, the worker never falls back to XREAD, every entry once, per key in order', async () => {
+    handled.length = 0;
+    server = await startRedisServer();
+    redis = new Redis(server.url);
+    const prefix = uniquePrefix('flush');
+    app = await createApp({ redis: server.url, maxPayloadBytes: 4 * MIB, prefix, partitions: 1, autoStart: false }, [Reader]);
+    const publisher = app.get(EventrailPublisher);
+    const random = seededRandom(9_001);
+    const total = 400;
+    for (let n = 0; n < total; n++) {
+      const bytes = random() < 0.1 ? Math.floor(random() * 100 * KIB) : Math.floor(random() * 200);
+      await publisher.publish(bytes > 16 * KIB ? 'huge' : 'tiny', { n, blob: 'x'.repeat(bytes) }, { key: `k${n % KEYS}` });
+    }
+    const warnings: string[] = [];
+    jest.spyOn(Logger.prototype, 'warn').mockImplementation((message: unknown) => void warnings.push(String(message)));
+    const readBacklog = EventrailScripts.readBacklog.bind(EventrailScripts);
+    let scriptReads = 0;
+    jest.spyOn(EventrailScripts, 'readBacklog').mockImplementation(async (...args) => {
+      const read = await readBacklog(...args);
+      scriptReads++;
+      return read;
+    });
+    await app.get(EventrailConsumers).start();
+    let flushes = 0;
+    let readsAtLastFlush = 0;
+    while (flushes < 10 && new Set(handled).size < total) {
+      // A flush between script reads, so each one finds its script gone.
+      if (scriptReads > readsAtLastFlush) {
+        await redis.script('FLUSH');
+        readsAtLastFlush = scriptReads;
+        flushes++;
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await waitFor(
+      () => handled.length >= total,
+      () => `all ${total} handled (${handled.length}, ${flushes} flushes)`,
+      60_000,
+    );
+    jest.restoreAllMocks();
+    expect(flushes).toBe(10);
+    expect(scriptReads).toBeGreaterThan(readsAtLastFlush);
+    expect(warnings.filter((w) => /XREAD only/.test(w))).toEqual([]);
+    expect([...handled].sort((a, b) => a - b)).toEqual([...Array(total).keys()]);
+    for (let k = 0; k < KEYS; k++) {
+      const ofKey = handled.filter((m) => m % KEYS === k);
+      expect(ofKey).toEqual([...ofKey].sort((a, b) => a - b));
+    }
   });
 });
 
