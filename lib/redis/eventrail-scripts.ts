@@ -387,10 +387,17 @@ export class EventrailScripts {
     after: string,
     count: number,
     maxBytes: number,
+    /** The biggest entry the caller saw lately (0: none), which sizes the script's first chunks. */
+    known = 0,
   ): Promise<BacklogRead> {
     const [entries, largest, left] = leanCommandsSupported
-      ? await sendLeanScript<ReadBacklogReply>(connection, leanScript('eventrailReadBacklog'), [stream, after, count, maxBytes], true)
-      : await registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count, maxBytes);
+      ? await sendLeanScript<ReadBacklogReply>(
+          connection,
+          leanScript('eventrailReadBacklog'),
+          [stream, after, count, maxBytes, known],
+          true,
+        )
+      : await registerScripts(connection).eventrailReadBacklogBuffer(stream, after, count, maxBytes, known);
     return { entries, largest: Number(largest), left: Number(left) };
   }
 

@@ -86,7 +86,7 @@ export interface EventrailCommands {
   /** `[lag, committedOffset]`; lag -1 when the position cannot tell it (readLag-3.lua). */
   eventrailReadLag(stream: string, offset: string, recovery: string): Promise<[number, string | null]>;
   /** The entries after `after`, at most `count` and `maxBytes`, as XRANGE answers them, with the sizes of the biggest and of the one left out (readBacklog-1.lua); read as Buffers. */
-  eventrailReadBacklogBuffer(stream: string, after: string, count: number, maxBytes: number): Promise<ReadBacklogReply>;
+  eventrailReadBacklogBuffer(stream: string, after: string, count: number, maxBytes: number, known?: number): Promise<ReadBacklogReply>;
   /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
   eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;
   eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;

@@ -99,12 +99,13 @@ describe('readBacklog-1.lua', () => {
 
   it('stops before the entry that would take it past the byte bound, whatever the sizes before it, and says that entry’s size', async () => {
     const sized = keys.stream(0) + ':sized';
-    // Each entry is its id plus 'event', 'e', 'data' and a value of `n` bytes.
+    // Each entry is its id plus 'event', 'e', 'data' and a value of `n` bytes, and their framing.
     const plan = [...Array<number>(30).fill(10), 5000, 5000, 20_000, 10, 10];
     const added: Array<{ id: string; bytes: number }> = [];
     for (const n of plan) {
       const id = (await redis.xadd(sized, '*', 'event', 'e', 'data', 'x'.repeat(n))) as string;
-      added.push({ id, bytes: id.length + 'event'.length + 1 + 'data'.length + n });
+      // Eight bytes of framing for the id and each of the four fields, as the script counts them.
+      added.push({ id, bytes: id.length + 'event'.length + 1 + 'data'.length + n + 8 * 5 });
     }
     const read = async (after: string, count: number, bound: number): Promise<{ ids: string[]; largest: number; left: number }> => {
       const [bytes, largest, left] = await client.eventrailReadBacklogBuffer(sized, after, count, bound);

@@ -34,9 +34,15 @@ function size(bytes: number): string {
   return bytes >= MIB ? `${(bytes / MIB).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
 }
 
-/** The size in bytes of an XREAD entry read as Buffers: its id, field names and values (as readBacklog-1.lua counts). */
+/** What a field (or the id) costs in a reply beyond its bytes: a RESP bulk string's header and end, about. */
+const FRAME_BYTES = 8;
+
+/**
+ * The size in bytes of an entry read as Buffers, as readBacklog-1.lua counts it: its id, field names and
+ * values, and FRAME_BYTES for the id and each field (entries of many empty fields weigh what they cost).
+ */
 function entryBytes(id: Buffer, fields: Buffer[]): number {
-  let bytes = id.length;
+  let bytes = id.length + FRAME_BYTES * (fields.length + 1);
   for (let f = 0; f < fields.length; f++) bytes += fields[f].length;
   return bytes;
 }
@@ -364,7 +370,7 @@ export class PartitionReader {
     let read: BacklogRead;
     this.expectedBytes = this.ceiling;
     try {
-      read = await EventrailScripts.readBacklog(connection, this.stream, after, count, this.ceiling);
+      read = await EventrailScripts.readBacklog(connection, this.stream, after, count, this.ceiling, Math.ceil(this.largest));
     } catch (error) {
       // A refusal is an answer: the connection is fine, the script is not welcome. Anything else is the read's failure.
       if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
