@@ -239,7 +239,7 @@ async function main(): Promise<number> {
       } finally {
         await current.stop();
         current = undefined;
-        pin(process.pid, all);
+        if (pinning !== 'none') pin(process.pid, all);
       }
     }
   }
