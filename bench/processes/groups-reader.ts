@@ -11,6 +11,7 @@ import { EventrailKeys } from '../../lib/redis/keys';
 import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createEventrailApp, startConsumers } from '../support/eventrail-app';
 import { BENCH_EVENT } from '../support/payload';
+import { connectionOptions } from '../support/redis-tools';
 import { GroupsReaderConfig, groupNames, RAW_COUNT } from '../scenarios/groups';
 
 type XReadBufferReply = Array<[Buffer, Array<[Buffer, Buffer[]]>]> | null;
@@ -41,17 +42,9 @@ class Tally {
   }
 }
 
-/** Connection options of the URL, named so the parent can find this process's connections. */
+/** Connection options of the URL (ioredis's default retries), named so the parent can find this process's connections. */
 function namedOptions(url: string, connectionName: string): RedisOptions {
-  const parsed = new URL(url);
-  return {
-    host: parsed.hostname,
-    port: Number(parsed.port || 6379),
-    username: parsed.username ? decodeURIComponent(parsed.username) : undefined,
-    password: parsed.password ? decodeURIComponent(parsed.password) : undefined,
-    db: Number(parsed.pathname.slice(1) || 0),
-    connectionName,
-  };
+  return { ...connectionOptions(url), maxRetriesPerRequest: 20, connectionName };
 }
 
 /** A handler class of its own per group: the decorator takes the group name when the class is made. */

@@ -160,31 +160,7 @@ export async function workerProcesses(
   }
   const config: DrainWorkerConfig = { url: ctx.url, prefix: ctx.prefix, partitions: shape.partitions, concurrency: shape.concurrency };
   const workers = Array.from({ length: shape.processes }, () => new BenchChild('drain-worker', config));
-  try {
-    await Promise.all(workers.map((w) => w.next('ready', 60_000)));
-    const progress = workers.map(() => ({ handled: 0, lastAt: 0 }));
-    const total = (): number => progress.reduce((sum, p) => sum + p.handled, 0);
-    const all = new Countdown(1);
-    workers.forEach((worker, i) =>
-      worker.on((report) => {
-        if (report.type !== 'progress') return;
-        progress[i] = report;
-        if (total() >= events && all.count === 0) all.hit();
-      }),
-    );
-    const meter = await Meter.start(
-      ctx.admin,
-      workers.map((w) => w.pid as number),
-    );
-    const started = hostNow();
-    for (const worker of workers) worker.send({ type: 'start' });
-    await all.wait(drainDeadline(events), `drain in ${shape.processes} processes (${total()} handled)`);
-    const finished = Math.max(...progress.map((p) => p.lastAt));
-    const rate = perSecond(events, finished - started);
-    return { metrics: { rate, ...(await meter.stop(events)) }, expected: events, done: total() };
-  } finally {
-    await Promise.all(workers.map((w) => w.stop()));
-  }
+  return timeChildren(ctx, workers, events, `drain in ${shape.processes} processes`);
 }
 
 /**
@@ -257,6 +233,14 @@ async function bullmqProcesses(ctx: RunContext, events: number, concurrency: num
   }
   const config: BullmqWorkerConfig = { url: ctx.url, prefix: ctx.prefix, concurrency };
   const workers = Array.from({ length: processes }, () => new BenchChild('bullmq-worker', config));
+  return timeChildren(ctx, workers, events, `BullMQ drain in ${processes} processes`);
+}
+
+/**
+ * Starts worker processes that are ready to drain one filled log or queue and times them from "start" to the last
+ * event any of them handled (their progress reports), metering Redis and their CPU; stops them afterwards.
+ */
+async function timeChildren(ctx: RunContext, workers: BenchChild[], events: number, what: string): Promise<Measurement> {
   try {
     await Promise.all(workers.map((w) => w.next('ready', 60_000)));
     const progress = workers.map(() => ({ handled: 0, lastAt: 0 }));
@@ -275,7 +259,7 @@ async function bullmqProcesses(ctx: RunContext, events: number, concurrency: num
     );
     const started = hostNow();
     for (const worker of workers) worker.send({ type: 'start' });
-    await all.wait(drainDeadline(events), `BullMQ drain in ${processes} processes (${total()} handled)`);
+    await all.wait(drainDeadline(events), `${what} (${total()} handled)`);
     const rate = perSecond(events, Math.max(...progress.map((p) => p.lastAt)) - started);
     return { metrics: { rate, ...(await meter.stop(events)) }, expected: events, done: total() };
   } finally {
