@@ -3,8 +3,7 @@
  * redelivery as a delivery, redelivers the head, and the key's later messages follow it in order.
  * The same file is the worker process (PARKED_ATTACK_CHILD=1): its handler fails while the key is in
  * `<prefix>:test:down`, waits while `<prefix>:test:hold` exists (or its message is in `<prefix>:test:hold-names`),
- * and records calls and successes in Redis
- * so the record survives the kill.
+ * and records calls, the calls it holds and successes in Redis so the record survives the kill.
  */
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
@@ -41,7 +40,11 @@ async function child(): Promise<void> {
       await records.rpush(`${prefix}:test:calls`, name);
       const held = async () =>
         (await records.exists(`${prefix}:test:hold`)) === 1 || (await records.sismember(`${prefix}:test:hold-names`, name)) === 1;
-      while (await held()) await new Promise((resolve) => setTimeout(resolve, 20));
+      if (await held()) {
+        // Recorded once the call is sure to hang: a call that saw no hold may still fail or succeed.
+        await records.rpush(`${prefix}:test:holding`, name);
+        while (await held()) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       if ((await records.sismember(`${prefix}:test:down`, message.data.key)) === 1) throw new Error(`${message.data.key} is down`);
       await records.rpush(`${prefix}:test:handled`, name);
     }
@@ -98,21 +101,24 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
         .publishMany(names.map((name) => ({ event: 'account.changed', data: { key: name[0], n: Number(name.slice(1)) }, key: name[0] })));
     const handled = () => redis.lrange(`${prefix}:test:handled`, 0, -1);
     const calls = () => redis.lrange(`${prefix}:test:calls`, 0, -1);
+    const holding = () => redis.lrange(`${prefix}:test:holding`, 0, -1);
     const parkedLine = async (): Promise<{ ids: string[]; c: number } | undefined> => {
       const value = await redis.hget(keys.recovery(GROUP, 0), 'park:k:A');
       return value ? (JSON.parse(value) as { ids: string[]; c: number }) : undefined;
     };
-    /** Holds the handler, lets A's head be redelivered into the hold, and kills the worker there. */
-    const killDuringRedelivery = async (worker: ChildProcess): Promise<void> => {
-      await redis.set(`${prefix}:test:hold`, '1');
-      const before = (await calls()).length;
-      await waitFor(async () => (await calls()).slice(before).includes('A1'), 'a redelivery of A1 running');
+    /**
+     * Waits for `worker` to hang in a redelivery of A's head, held by `<prefix>:test:hold`, and kills it there.
+     * The hold must be set before that redelivery can start (a redelivery that starts first may be handled
+     * and never run again), and `holdsBefore` counted while no worker can enter it: a worker that is ready
+     * may already be in the hold by the time the test reads anything.
+     */
+    const killInHeldRedelivery = async (worker: ChildProcess, holdsBefore: number): Promise<void> => {
+      await waitFor(async () => (await holding()).slice(holdsBefore).includes('A1'), 'a redelivery of A1 running');
       await waitFor(
         async () => (await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'))?.includes('"r":1'),
         'the running redelivery stored',
       );
       await kill(worker);
-      await redis.del(`${prefix}:test:hold`);
     };
 
     beforeAll(() => {
@@ -136,8 +142,11 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
       await redis.sadd(`${prefix}:test:down`, 'A');
       await publish(['A1', 'B1', 'A2']);
       await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 2, 'A1, A2 parked; B1 handled');
+      // Held before A comes back: A1's next redelivery hangs instead of being handled before the hold.
+      await redis.set(`${prefix}:test:hold`, '1');
       await redis.srem(`${prefix}:test:down`, 'A');
-      await killDuringRedelivery(first);
+      await killInHeldRedelivery(first, 0);
+      await redis.del(`${prefix}:test:hold`);
 
       await startWorker(3);
       await publish(['A3', 'B2']);
@@ -152,10 +161,14 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
       await redis.sadd(`${prefix}:test:down`, 'A');
       await publish(['A1', 'B1', 'A2']);
       await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 2, 'A1, A2 parked; B1 handled');
+      await redis.set(`${prefix}:test:hold`, '1');
       await redis.srem(`${prefix}:test:down`, 'A');
-      await killDuringRedelivery(worker);
+      await killInHeldRedelivery(worker, 0);
+      // The hold stays: the next owner may redeliver A1 as soon as it is ready, and must hang in it too.
+      const holds = (await holding()).length;
       worker = await startWorker(2);
-      await killDuringRedelivery(worker);
+      await killInHeldRedelivery(worker, holds);
+      await redis.del(`${prefix}:test:hold`);
       await startWorker(2);
       const admin = publisherApp!.get(EventrailAdmin);
       await waitFor(async () => (await handled()).includes('A2'), 'A2 handled', 30_000);
@@ -174,18 +187,21 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
       await publish([...names, 'B1']);
       await waitFor(async () => (await handled()).includes('B1') && (await parkedLine())?.ids.length === 8, 'A1-A8 parked; B1 handled');
       await redis.sadd(`${prefix}:test:hold-names`, 'A5');
-      await redis.srem(`${prefix}:test:down`, 'A');
       const admin = publisherApp!.get(EventrailAdmin);
       const callsOfA5 = async () => (await calls()).filter((n) => n === 'A5').length;
+      // Counted while no call of A5 can start (A is down here, and later no worker runs): a worker that is
+      // ready may reach A5 before the test reads anything, and A5 then hangs without being called again.
+      let before = await callsOfA5();
+      await redis.srem(`${prefix}:test:down`, 'A');
       // Each round: A5 starts and hangs (the kill stands for a crash), or the new owner dead-letters it.
       for (let kills = 0; ; kills++) {
-        const before = await callsOfA5();
         await waitFor(async () => (await callsOfA5()) > before || (await admin.deadLetterCount(GROUP)) > 0, 'A5 called or dead-lettered');
         if ((await admin.deadLetterCount(GROUP)) > 0) break;
         // maxDeliveries 2, plus the kill counted on the batch's first message.
         expect(kills).toBeLessThan(3);
         await waitFor(async () => (await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'))?.includes('"r":1'), 'the running batch stored');
         await kill(worker);
+        before = await callsOfA5();
         worker = await startWorker(2);
       }
       await waitFor(async () => (await handled()).includes('A8'), 'A8 handled', 30_000);
