@@ -1,10 +1,28 @@
 /** What one append in a coalesced batch came to: an error, or Redis's reply. */
 export type AppendReply = [error: Error | null, reply: unknown];
 
+/** How long an append may wait for its answer, and the error it gets when that passes. */
+export interface AppendDeadline {
+  ms: number;
+  /** The error of one append that had no answer in time (it was sent: it may still land). */
+  timedOut: () => Error;
+}
+
 interface Waiting<T> {
   item: T;
   resolve: (reply: unknown) => void;
   reject: (error: unknown) => void;
+  /** Answered (or failed): the deadline leaves it alone. */
+  done: boolean;
+  deadline: TickDeadline<T>;
+}
+
+/** The appends added in one tick, under one timer. */
+interface TickDeadline<T> {
+  waiting: Array<Waiting<T>>;
+  /** How many of them have no answer yet: the timer goes when none is left. */
+  open: number;
+  timer?: ReturnType<typeof setTimeout>;
 }
 
 /**
@@ -21,6 +39,12 @@ interface Waiting<T> {
  * waits for the previous one to be answered, and nothing else on the
  * connection (commits, lease renewals) is held back by it.
  *
+ * With a `deadline`, an append not answered within `deadline.ms` of its call
+ * rejects with `deadline.timedOut()`. The appends of one tick share one timer,
+ * armed when the tick ends (so each gets at least its `ms`) and cleared when
+ * the last of them is answered: a timer of its own cost each `publish` of a
+ * thousand callers about 1.2 µs of CPU (7.3 -> 6.1 µs an event).
+ *
  * Order: appends leave in the order they were added; `flush()` sends what is
  * queued at once, so an append sent another way afterwards (a `publishMany`)
  * cannot overtake it.
@@ -29,6 +53,8 @@ export class AppendCoalescer<T> {
   private queue: Array<Waiting<T>> = [];
   /** An append left at once in this tick: the next ones of the tick are queued. */
   private sentThisTick = false;
+  /** The deadline of the appends added since the last tick ended. */
+  private tickDeadline?: TickDeadline<T>;
 
   constructor(
     /** Sends one append on its own: a lone caller pays no pipeline. */
@@ -40,17 +66,21 @@ export class AppendCoalescer<T> {
      * write (`corkedWrite`); false when it cannot, and `sendMany` is used.
      */
     private readonly corked?: (write: () => void) => boolean,
+    private readonly deadline?: AppendDeadline,
   ) {}
 
-  /** Sends or queues `item`; settles with its reply, or rejects with its error (or the batch's). */
+  /** Sends or queues `item`; settles with its reply, or rejects with its error (or the batch's, or the deadline's). */
   add(item: T): Promise<unknown> {
-    if (!this.sentThisTick && this.queue.length === 0) {
-      this.sentThisTick = true;
-      process.nextTick(this.endTick);
-      return this.sendOne(item);
-    }
     return new Promise((resolve, reject) => {
-      if (this.queue.push({ item, resolve, reject }) === 1) process.nextTick(this.flush);
+      const deadline = (this.tickDeadline ??= this.openDeadline());
+      const waiting: Waiting<T> = { item, resolve, reject, done: false, deadline };
+      deadline.waiting.push(waiting);
+      deadline.open++;
+      if (!this.sentThisTick && this.queue.length === 0) {
+        this.sentThisTick = true;
+        process.nextTick(this.endTick);
+        this.send(waiting);
+      } else if (this.queue.push(waiting) === 1) process.nextTick(this.flush);
     });
   }
 
@@ -64,8 +94,7 @@ export class AppendCoalescer<T> {
     if (batch.length === 0) return;
     this.queue = [];
     if (batch.length === 1) {
-      const [only] = batch;
-      this.sendOne(only.item).then(only.resolve, only.reject);
+      this.send(batch[0]);
       return;
     }
     if (this.corked?.(() => this.sendEach(batch))) return;
@@ -75,17 +104,62 @@ export class AppendCoalescer<T> {
       (replies) => {
         for (let i = 0; i < batch.length; i++) {
           const [error, reply] = replies[i] ?? [new Error('no reply'), null];
-          if (error) batch[i].reject(error);
-          else batch[i].resolve(reply);
+          if (error) settle(batch[i], true, error);
+          else settle(batch[i], false, reply);
         }
       },
       (error: unknown) => {
-        for (const waiting of batch) waiting.reject(error);
+        for (const waiting of batch) settle(waiting, true, error);
       },
     );
   };
 
   private sendEach(batch: Array<Waiting<T>>): void {
-    for (const waiting of batch) this.sendOne(waiting.item).then(waiting.resolve, waiting.reject);
+    for (const waiting of batch) this.send(waiting);
+  }
+
+  private send(waiting: Waiting<T>): void {
+    let sent: Promise<unknown>;
+    try {
+      sent = this.sendOne(waiting.item);
+    } catch (error) {
+      settle(waiting, true, error);
+      return;
+    }
+    sent.then(
+      (reply) => settle(waiting, false, reply),
+      (error: unknown) => settle(waiting, true, error),
+    );
+  }
+
+  /** A deadline for the appends of this tick; its timer is armed when the tick ends, if any of them is still open. */
+  private openDeadline(): TickDeadline<T> {
+    const deadline: TickDeadline<T> = { waiting: [], open: 0 };
+    process.nextTick(() => {
+      if (this.tickDeadline === deadline) this.tickDeadline = undefined;
+      if (this.deadline && deadline.open > 0) deadline.timer = setTimeout(this.expire, this.deadline.ms, deadline);
+    });
+    return deadline;
+  }
+
+  /** The deadline passed: every append of its tick still without an answer rejects. */
+  private readonly expire = (deadline: TickDeadline<T>): void => {
+    deadline.timer = undefined;
+    const { waiting } = deadline;
+    deadline.waiting = [];
+    for (const one of waiting) if (!one.done) settle(one, true, this.deadline!.timedOut());
+  };
+}
+
+/** Settles one append (once: a late answer after its deadline is absorbed) and clears its tick's timer after the last. */
+function settle<T>(waiting: Waiting<T>, failed: boolean, value: unknown): void {
+  if (waiting.done) return;
+  waiting.done = true;
+  if (failed) waiting.reject(value);
+  else waiting.resolve(value);
+  const { deadline } = waiting;
+  if (--deadline.open === 0 && deadline.timer !== undefined) {
+    clearTimeout(deadline.timer);
+    deadline.timer = undefined;
   }
 }

@@ -143,10 +143,13 @@ export class EventrailPublisher {
     private readonly redis: EventrailRedis,
     @Inject(EVENTRAIL_OPTIONS) private readonly options: PublisherView,
   ) {
+    const timeoutMs = this.options.publishTimeoutMs;
     this.appends = new AppendCoalescer<Prepared>(
       (p) => this.redis.scripts.append(p.partition, p.fields),
       async (batch) => (await this.append(batch, false, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
+      // Queued appends leave on the next tick at the latest: by the deadline, each one was written.
+      { ms: timeoutMs, timedOut: () => new PublishTimeoutError(timeoutMs, 1, true) },
     );
   }
 
@@ -192,12 +195,8 @@ export class EventrailPublisher {
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
     if (replicated || prepared.dedup) return this.send([prepared], replicated).then((results) => results[0]);
-    const timeoutMs = this.options.publishTimeoutMs;
-    // Queued appends leave on the next tick at the latest: by the deadline, this one was written.
-    const answered = withDeadline(this.appends.add(prepared), timeoutMs, () => {
-      throw new PublishTimeoutError(timeoutMs, 1, true);
-    });
-    return answered.then(
+    // Bounded by `publishTimeoutMs` (the coalescer's deadline).
+    return this.appends.add(prepared).then(
       (offset) => ({
         id: prepared.id ?? this.derivedId(prepared.partition, offset as string),
         partition: prepared.partition,

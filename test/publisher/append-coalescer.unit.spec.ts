@@ -1,5 +1,8 @@
 import { AppendCoalescer, AppendReply } from '../../lib/publisher/append-coalescer';
 
+/** Timers alive in this process now (Node's own count of its handles). */
+const timers = (): number => process.getActiveResourcesInfo().filter((kind) => kind === 'Timeout').length;
+
 /** Settles on a later turn of the event loop, as a reply from Redis does (never within the tick that sent). */
 const later = <T>(value: () => T): Promise<T> =>
   new Promise((resolve, reject) =>
@@ -101,5 +104,68 @@ describe('AppendCoalescer', () => {
       { kind: 'many', items: [2, 3] },
       { kind: 'one', items: [99] },
     ]);
+  });
+
+  it("rejects an append without an answer by its deadline with the deadline's error, and leaves the answered ones of its tick alone", async () => {
+    const answered = new Set([1, 3]);
+    const coalescer = new AppendCoalescer<number>(
+      // 2 never gets an answer, as over a connection that drops packets.
+      (item) => (answered.has(item) ? later(() => `offset-${item}`) : new Promise(() => undefined)),
+      (items) => later(() => items.map((item): AppendReply => [null, `offset-${item}`])),
+      (write) => {
+        write();
+        return true;
+      },
+      { ms: 20, timedOut: () => new Error('no answer in time') },
+    );
+    const settled = await Promise.allSettled([1, 2, 3].map((i) => coalescer.add(i)));
+    expect(settled).toEqual([
+      { status: 'fulfilled', value: 'offset-1' },
+      { status: 'rejected', reason: new Error('no answer in time') },
+      { status: 'fulfilled', value: 'offset-3' },
+    ]);
+  });
+
+  it('bounds the appends of one tick with one timer, cleared once the last of them is answered', async () => {
+    const before = timers();
+    let answer: () => void = () => undefined;
+    const replies = new Promise<void>((resolve) => (answer = resolve));
+    const coalescer = new AppendCoalescer<number>(
+      async (item) => {
+        await replies;
+        return `offset-${item}`;
+      },
+      async () => [],
+      (write) => {
+        write();
+        return true;
+      },
+      { ms: 60_000, timedOut: () => new Error('no answer in time') },
+    );
+    const pending = Array.from({ length: 100 }, (_, i) => coalescer.add(i));
+    await new Promise((resolve) => setImmediate(resolve)); // the tick has ended: its timer is armed
+    expect(timers()).toBe(before + 1);
+    answer();
+    await expect(Promise.all(pending)).resolves.toHaveLength(100);
+    expect(timers()).toBe(before);
+  });
+
+  it('rejects an append whose send throws, without a crash or a timer left behind', async () => {
+    const before = timers();
+    const coalescer = new AppendCoalescer<number>(
+      () => {
+        throw new Error('cannot send');
+      },
+      async () => [],
+      (write) => {
+        write();
+        return true;
+      },
+      { ms: 60_000, timedOut: () => new Error('no answer in time') },
+    );
+    const settled = await Promise.allSettled([coalescer.add(1), coalescer.add(2)]);
+    expect(settled.map((s) => s.status === 'rejected' && (s.reason as Error).message)).toEqual(['cannot send', 'cannot send']);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(timers()).toBe(before);
   });
 });
