@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { redeliveryFields } from '../wire/codec';
 import type { EventrailKeys } from '../redis/keys';
+import { EventrailScripts } from '../redis/eventrail-scripts';
 import type { ResolvedTracingOptions } from '../tracing/tracing.options';
 import { startRedeliverySpan } from './redelivery-tracing';
 import type { Redelivery, RedeliveryKind } from './redelivery.types';
@@ -42,10 +43,12 @@ async function append(
     byPartition.set(partition, indexes);
   });
   const results = new Array<Error | null>(items.length).fill(null);
+  const scripts = new EventrailScripts(client, keys);
   await Promise.all(
     [...byPartition].map(async ([partition, indexes]) => {
       const pipeline = client.pipeline();
-      for (const index of indexes) pipeline.xadd(keys.stream(partition), '*', ...redeliveryFields(items[index].entry, group));
+      // A big entry goes through the script that also records it in the partition's index of big entries.
+      for (const index of indexes) scripts.queueAppend(pipeline, partition, redeliveryFields(items[index].entry, group));
       const replies = (await pipeline.exec()) ?? [];
       indexes.forEach((index, i) => (results[index] = replies[i] ? replies[i][0] : new Error('the pipeline was not executed')));
     }),

@@ -235,6 +235,7 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     if (recorded !== this.options.partitions) {
       throw new PartitionMismatchError(this.options.prefix, this.options.partitions, recorded);
     }
+    await this.scripts.markIndexedFrom();
     await this.checkServer();
   }
 

@@ -3,6 +3,8 @@ import type { EventrailKeys } from './keys';
 import { leanCommandsSupported, sendLean, sendLeanScript } from './lean-command';
 import { type EventrailClient, type EventrailPipeline, leanScript, type ReadBacklogReply, registerScripts } from './scripts';
 import type { XReadBufferReply } from './stream-read';
+import { isBigEntry } from './big-entries';
+import { isRefusal } from './server-probe';
 
 /**
  * The one door to eventrail's Lua scripts (redis/scripts/*.lua): one method
@@ -20,6 +22,8 @@ export class EventrailScripts {
   private readonly client: EventrailClient;
   /** Hot-path calls through `LeanCommand` (false: as ioredis's own commands). */
   private readonly lean: boolean;
+  /** Scripts are refused here: big entries go as plain XADDs, their partition marked as not indexed (see `append`). */
+  private unindexed = false;
 
   constructor(
     client: Redis | Cluster,
@@ -229,16 +233,88 @@ export class EventrailScripts {
     return this.client.eventrailReanchorPosition(this.keys.stream(partition), this.keys.recovery(group, partition), firstBeforeTrim);
   }
 
-  // Appends (publishDedup-2, appendMany-n, appendManyDedup-n) and the plain XADD
+  // Appends (publishDedup-4, appendMany-n, appendManyDedup-n, appendIndexed-3) and the plain XADD
 
-  /** Appends one event's `fields` to `partition`'s stream; answers its offset. */
+  /**
+   * Appends one event's `fields` to `partition`'s stream; answers its offset. A big entry
+   * (big-entries.ts) goes through appendIndexed-3.lua, which records it in the partition's index
+   * of big entries. Where that script is refused (scripting off, an ACL without EVALSHA), this
+   * append fails with the refusal, and from then on big entries go as plain XADDs, each sent
+   * right after a write that marks the partition as not indexed (`unindexed`).
+   */
   append(partition: number, fields: string[]): Promise<string> {
     const stream = this.keys.stream(partition);
+    if (isBigEntry(fields)) return this.appendBig(partition, fields);
     if (this.lean) return sendLean<string>(this.client, 'xadd', [stream, '*', ...fields]);
     return this.client.xadd(stream, '*', ...fields) as Promise<string>;
   }
 
-  /** Appends `fields` unless event `id` was appended within `windowMs`; answers `[offset, duplicate]` (publishDedup-2.lua). */
+  /** `append` queued on `pipeline`: one command either way (a plain XADD, or appendIndexed-3 for a big entry), whose reply is the offset. */
+  queueAppend(pipeline: ChainableCommander, partition: number, fields: string[]): void {
+    const { keys } = this;
+    if (!isBigEntry(fields)) pipeline.xadd(keys.stream(partition), '*', ...fields);
+    else if (this.unindexed) pipeline.xadd(keys.stream(partition), '*', ...fields);
+    else
+      (pipeline as EventrailPipeline).eventrailAppendIndexed(
+        keys.stream(partition),
+        keys.bigEntries(partition),
+        keys.indexedFrom(partition),
+        ...fields,
+      );
+  }
+
+  /**
+   * Sets each partition's indexed-from mark where it has none (readIndex-3.lua): at the stream's last
+   * entry (0-0 for a new log), so entries appended before eventrail indexed big entries are read with
+   * the byte-counting script, and the rest plainly. Run at startup, before anything is appended; where
+   * it cannot write (a read-only user, a full Redis), the first read of the partition sets it.
+   */
+  async markIndexedFrom(): Promise<void> {
+    const { keys } = this;
+    await Promise.all(
+      Array.from({ length: keys.partitions }, (_, p) =>
+        this.client.eventrailReadIndex(keys.stream(p), keys.bigEntries(p), keys.indexedFrom(p), '0-0').catch(() => undefined),
+      ),
+    );
+  }
+
+  /**
+   * What the publisher learnt (or this door did): scripts are refused here, so big entries go as
+   * plain XADDs after a write that marks their partition as not indexed.
+   */
+  scriptsRefused(): void {
+    this.unindexed = true;
+  }
+
+  /** Whether big entries go unindexed here (`scriptsRefused`): a pipeline that queues one must queue `queueUnindexed` before it. */
+  get appendsUnindexed(): boolean {
+    return this.unindexed;
+  }
+
+  /** Marks `partition` as not indexed (see `scriptsRefused`), queued on `pipeline` before its first unindexed big entry. */
+  queueUnindexed(pipeline: ChainableCommander, partition: number): void {
+    pipeline.set(this.keys.indexedFrom(partition), 'none');
+  }
+
+  private appendBig(partition: number, fields: string[]): Promise<string> {
+    const { keys } = this;
+    const stream = keys.stream(partition);
+    if (this.unindexed) {
+      // Sent before the XADD on the same connection: no worker reads the entry before the mark is there.
+      this.client.set(keys.indexedFrom(partition), 'none').catch(() => undefined);
+      return this.client.xadd(stream, '*', ...fields) as Promise<string>;
+    }
+    const args = [stream, keys.bigEntries(partition), keys.indexedFrom(partition), ...fields];
+    const appending = this.lean
+      ? sendLeanScript<string>(this.client, leanScript('eventrailAppendIndexed'), args)
+      : this.client.eventrailAppendIndexed(stream, keys.bigEntries(partition), keys.indexedFrom(partition), ...fields);
+    return appending.catch((error: unknown) => {
+      if (error instanceof Error && isRefusal(error.message)) this.unindexed = true;
+      throw error;
+    });
+  }
+
+  /** Appends `fields` unless event `id` was appended within `windowMs`; answers `[offset, duplicate]` (publishDedup-4.lua). */
   publishDedup(input: PublishDedupInput): Promise<PublishDedupReply> {
     return this.client.eventrailPublishDedup(...this.publishDedupArgs(input)) as Promise<PublishDedupReply>;
   }
@@ -270,17 +346,20 @@ export class EventrailScripts {
   }
 
   private appendManyArgs({ partition, events, width = 0, guard }: AppendManyInput): [number, Array<string | number>] {
-    const stream = this.keys.stream(partition);
+    const { keys } = this;
+    const stream = keys.stream(partition);
+    const index = [keys.bigEntries(partition), keys.indexedFrom(partition)];
     const args: Array<string | number> = guard
-      ? [stream, this.keys.runGuard(partition, guard.call), width, guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs]
-      : [stream, width];
+      ? [stream, ...index, keys.runGuard(partition, guard.call), width, guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs]
+      : [stream, ...index, width];
     for (const value of events) args.push(value);
-    return [guard ? 2 : 1, args];
+    return [guard ? 4 : 3, args];
   }
 
   /** Resolves when this connection runs the appendMany script (a call that appends nothing); rejects with the server's refusal. */
   async checkAppendMany(): Promise<void> {
-    await this.client.eventrailAppendMany(1, this.keys.stream(0));
+    const { keys } = this;
+    await this.client.eventrailAppendMany(3, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0));
   }
 
   /**
@@ -306,7 +385,8 @@ export class EventrailScripts {
   }
 
   private appendManyDedupArgs({ partition, ids, windowMs, events, guard }: AppendManyDedupInput): [number, Array<string | number>] {
-    const args: Array<string | number> = [this.keys.stream(partition)];
+    const { keys } = this;
+    const args: Array<string | number> = [keys.stream(partition), keys.bigEntries(partition), keys.indexedFrom(partition)];
     if (windowMs > 0) for (const id of ids) args.push(this.keys.dedup(partition, id));
     if (guard) args.push(this.keys.runGuard(partition, guard.call));
     const numberOfKeys = args.length;
@@ -343,18 +423,19 @@ export class EventrailScripts {
     (pipeline as EventrailPipeline).eventrailReleaseLock(this.keys.replayClaim(group, id), token);
   }
 
-  // Retention (trimLog-2, markArchived-1)
+  // Retention (trimLog-3, markArchived-1)
 
   /**
    * Trims `partition`'s stream below `minId` unless that would pass its
    * archive marks (with `sinkId`, or any, unless `allowUnarchived`). Answers
-   * the entries trimmed, -1 or -2 when refused (trimLog-2.lua).
+   * the entries trimmed, -1 or -2 when refused (trimLog-3.lua).
    */
   async trimLog({ partition, minId, approximate, sinkId, allowUnarchived }: TrimLogInput): Promise<number> {
     const { keys } = this;
     return this.client.eventrailTrimLog(
       keys.stream(partition),
       keys.archived(partition),
+      keys.bigEntries(partition),
       minId,
       approximate ? '~' : '=',
       sinkId,
@@ -415,18 +496,60 @@ export class EventrailScripts {
     return (connection.xreadBuffer as (...a: Array<string | number>) => Promise<XReadBufferReply>)(...args);
   }
 
+  /**
+   * What a worker that is behind needs to read `partition` with plain XRANGE (readIndex-3.lua), on
+   * `connection`: from where the index of big entries is complete (`none` when it is not), the first
+   * big entry after `after` ('' when none), and Redis's time in ms.
+   */
+  static async readIndex(
+    connection: Redis | Cluster,
+    keys: IndexKeys,
+    after: string,
+  ): Promise<{ from: string; next: string; now: string }> {
+    const [from, next, now] = await registerScripts(connection).eventrailReadIndex(keys.stream, keys.bigEntries, keys.indexedFrom, after);
+    return { from: String(from), next: String(next), now: String(now) };
+  }
+
+  /** `XRANGE stream (after end COUNT count` on `connection`, read as Buffers (`end` may be exclusive, `(<id>`). */
+  static readRange(
+    connection: Redis | Cluster,
+    stream: string,
+    after: string,
+    end: string,
+    count: number,
+  ): Promise<Array<[Buffer, Buffer[]]>> {
+    const args = [stream, `(${after}`, end, 'COUNT', count];
+    if (leanCommandsSupported) return sendLean<Array<[Buffer, Buffer[]]>>(connection, 'xrange', args, true);
+    return connection.xrangeBuffer(stream, `(${after}`, end, 'COUNT', count);
+  }
+
   /** The id and size in bytes of the entry after `after`, without sending the entry (entrySize-1.lua); null when none follows. */
   static async entrySize(connection: Redis | Cluster, stream: string, after: string): Promise<{ id: string; bytes: number } | null> {
     const reply = await registerScripts(connection).eventrailEntrySize(stream, after);
     return reply ? { id: String(reply[0]), bytes: Number(reply[1]) } : null;
   }
 
-  private publishDedupArgs({ partition, id, windowMs, fields }: PublishDedupInput): [string, string, number, ...string[]] {
-    return [this.keys.dedup(partition, id), this.keys.stream(partition), windowMs, ...fields];
+  private publishDedupArgs({ partition, id, windowMs, fields }: PublishDedupInput): [string, string, string, string, number, ...string[]] {
+    const { keys } = this;
+    return [
+      keys.dedup(partition, id),
+      keys.stream(partition),
+      keys.bigEntries(partition),
+      keys.indexedFrom(partition),
+      windowMs,
+      ...fields,
+    ];
   }
 }
 
 const PREVIOUS_HOLDER: Record<number, AcquireLeaseResult['previousHolder']> = { 0: 'released', 1: 'unreleased', 2: 'droppedGeneration' };
+
+/** The keys of a partition a worker reads with readIndex-3.lua. */
+export interface IndexKeys {
+  stream: string;
+  bigEntries: string;
+  indexedFrom: string;
+}
 
 /** A backlog read bounded by bytes (readBacklog-1.lua): sizes are an entry's id, field names and values, in bytes. */
 export interface BacklogRead {

@@ -91,6 +91,24 @@ export class EventrailKeys {
     return `${this.tag(partition)}:run:${call}`;
   }
 
+  /**
+   * Index of a partition's big entries (more than `BIG_ENTRY_BYTES`, see `big-entries.ts`): a sorted
+   * set of their stream ids scored by the id's milliseconds, written by the script that appends each.
+   * A worker that is behind reads plain `XRANGE` up to the next one (readIndex-3.lua).
+   */
+  bigEntries(partition: number): string {
+    return `${this.tag(partition)}:big`;
+  }
+
+  /**
+   * The stream id after which every big entry of the partition is in `bigEntries`: the last entry when a
+   * worker first asked (entries before it may be big and not indexed), or `none` once a writer appended
+   * a big entry it could not index (a publisher where scripting is refused).
+   */
+  indexedFrom(partition: number): string {
+    return `${this.tag(partition)}:indexed`;
+  }
+
   /** Live members of a group: sorted set of worker ids scored by heartbeat expiry (ms). */
   members(group: string): string {
     return this.groupKey('members', group);

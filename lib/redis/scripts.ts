@@ -89,7 +89,18 @@ export interface EventrailCommands {
   eventrailReadBacklogBuffer(stream: string, after: string, count: number, maxBytes: number, known?: number): Promise<ReadBacklogReply>;
   /** `[id, bytes]` of the entry after `after`, without the entry; null when none follows (entrySize-1.lua). */
   eventrailEntrySize(stream: string, after: string): Promise<[string, number] | null>;
-  eventrailPublishDedup(dedup: string, stream: string, windowMs: number, ...fields: string[]): Promise<[string, number]>;
+  eventrailPublishDedup(
+    dedup: string,
+    stream: string,
+    bigEntries: string,
+    indexedFrom: string,
+    windowMs: number,
+    ...fields: string[]
+  ): Promise<[string, number]>;
+  /** XADD of a big entry that also records it in the partition's index of big entries; answers its id (appendIndexed-3.lua). */
+  eventrailAppendIndexed(stream: string, bigEntries: string, indexedFrom: string, ...fields: string[]): Promise<string>;
+  /** `[from, next, now]`: where the index of big entries is complete, the first big entry after `after` ('' if none), Redis's ms (readIndex-3.lua). */
+  eventrailReadIndex(stream: string, bigEntries: string, indexedFrom: string, after: string): Promise<[string, string, string]>;
   /**
    * `[offsets]`, or `[offsets, error]` when an append failed after `offsets.length` were made or the run guard
    * held the run back (appendMany-n.lua): keys are the stream, then the run guard when there is one; arguments
@@ -113,6 +124,7 @@ export interface EventrailCommands {
   eventrailTrimLog(
     stream: string,
     archiveMarks: string,
+    bigEntries: string,
     minId: string,
     mode: '~' | '=',
     sinkId: string,
@@ -137,9 +149,11 @@ const SCRIPTS = [
   'heartbeat-4',
   'dropGroup-6',
   'dropGroupPartition-4',
-  'publishDedup-2',
+  'publishDedup-4',
   'appendMany-n',
   'appendManyDedup-n',
+  'appendIndexed-3',
+  'readIndex-3',
   'resetOffset-6',
   'readLag-3',
   'readBacklog-1',
@@ -149,7 +163,7 @@ const SCRIPTS = [
   'markFailure-1',
   'releaseLock-1',
   'takeLock-1',
-  'trimLog-2',
+  'trimLog-3',
   'markArchived-1',
   'purgeStream-1',
 ];

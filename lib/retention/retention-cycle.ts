@@ -139,7 +139,7 @@ export class RetentionCycle {
 
   /**
    * Without an archive of its own, a cycle must not trim what the fleet's archive has not saved yet: on a
-   * partition with archive marks, the MINID is capped at the highest one (trimLog-2 refuses anything past
+   * partition with archive marks, the MINID is capped at the highest one (trimLog-3 refuses anything past
    * it, this only finds out how far it may go and says why). Undefined when nothing is held back.
    */
   private async holdAtArchiveMarks(partition: number, minId: string): Promise<{ minId: string; reason: string } | undefined> {
@@ -223,7 +223,7 @@ export class RetentionCycle {
   /**
    * Records how far `sinkId` has archived `partition`. A full Redis refuses
    * the `HSET`; the mark is what lets the trim that frees memory run
-   * (trimLog-2.lua), so it is written then by a script that may write anyway.
+   * (trimLog-3.lua), so it is written then by a script that may write anyway.
    */
   private async markArchived(partition: number, sinkId: string, lastId: string): Promise<void> {
     const { client, keys, scripts } = this.redis;

@@ -134,20 +134,27 @@ describe('publishMany with producer dedup', () => {
     const client = registerScripts(redis.duplicate());
     try {
       const stream = keys.stream(2);
+      const ix = [keys.bigEntries(2), keys.indexedFrom(2)];
       const before = await redis.xlen(stream);
       const cases: Array<[Array<string | number>, string]> = [
-        [[2, stream, 'm1', -1, '', '', '', 2, 'event', 'x'], 'dedup window'],
-        [[2, stream, 'm1', 1000, '', '', '', 3, 'event', 'x', 'y'], 'malformed arguments at position 5'],
-        [[3, stream, 'm1', 'm2', 1000, '', '', '', 2, 'event', 'x'], '1 events, 1 dedup keys and 0 guard key expected, got 3 keys'],
-        [[1, stream, 0, '', '', '', 2, 'event', 'x', 2, 'event', 'y', 4], 'malformed arguments at position 11'],
+        [[4, stream, ...ix, 'm1', -1, '', '', '', 2, 'event', 'x'], 'dedup window'],
+        [[4, stream, ...ix, 'm1', 1000, '', '', '', 3, 'event', 'x', 'y'], 'malformed arguments at position 5'],
+        [
+          [5, stream, ...ix, 'm1', 'm2', 1000, '', '', '', 2, 'event', 'x'],
+          '1 events, 1 dedup keys and 0 guard key expected after the stream and its index keys, got 5 keys',
+        ],
+        [[3, stream, ...ix, 0, '', '', '', 2, 'event', 'x', 2, 'event', 'y', 4], 'malformed arguments at position 11'],
         // A guard needs its key, a count of runs before, whether more follow, and a TTL.
-        [[2, stream, 'g1', 0, 'one', '1', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
-        [[2, stream, 'g1', 0, 1, '2', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
-        [[2, stream, 'g1', 0, 1, '1', 0, 2, 'event', 'x'], 'malformed guard arguments'],
-        [[1, stream, 0, 1, '1', 1000, 2, 'event', 'x'], '1 events, 0 dedup keys and 1 guard key expected, got 1 keys'],
+        [[4, stream, ...ix, 'g1', 0, 'one', '1', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[4, stream, ...ix, 'g1', 0, 1, '2', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[4, stream, ...ix, 'g1', 0, 1, '1', 0, 2, 'event', 'x'], 'malformed guard arguments'],
+        [
+          [3, stream, ...ix, 0, 1, '1', 1000, 2, 'event', 'x'],
+          '1 events, 0 dedup keys and 1 guard key expected after the stream and its index keys, got 3 keys',
+        ],
         // More field arguments than one XADD can take from Lua (unpack's limit is about 8000).
         [
-          [2, stream, 'm1', 1000, '', '', '', 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
+          [4, stream, ...ix, 'm1', 1000, '', '', '', 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
           'malformed arguments at position 5',
         ],
       ];
@@ -161,15 +168,16 @@ describe('publishMany with producer dedup', () => {
         [[0, 2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 5'],
         [[0, 2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 5'],
       ] as Array<[Array<string | number>, string]>) {
-        await expect(client.eventrailAppendMany(1, stream, ...args)).rejects.toThrow(message);
+        await expect(client.eventrailAppendMany(3, stream, ...ix, ...args)).rejects.toThrow(message);
       }
       expect(await redis.xlen(stream)).toBe(before);
       expect(await redis.exists('m1', 'm2', 'g1')).toBe(0);
       // The largest accepted count appends, and the same id again in the same run is a duplicate.
       const most = Array.from({ length: 3500 }, (_, i) => [`f${i}`, 'v']).flat();
       const [offsets, duplicates] = await client.eventrailAppendManyDedup(
-        3,
+        5,
         stream,
+        ...ix,
         'm1',
         'm1',
         1000,
@@ -197,7 +205,18 @@ describe('publishMany with producer dedup', () => {
       const stream = keys.stream(2);
       const guard = keys.runGuard(2, 'test');
       const run = (runsBefore: number, more: boolean, ...values: string[]): Promise<[string[], number[], string?]> =>
-        client.eventrailAppendManyDedup(2, stream, guard, 0, runsBefore, more ? '1' : '0', 60_000, ...values.flatMap((v) => [2, 'n', v]));
+        client.eventrailAppendManyDedup(
+          4,
+          stream,
+          keys.bigEntries(2),
+          keys.indexedFrom(2),
+          guard,
+          0,
+          runsBefore,
+          more ? '1' : '0',
+          60_000,
+          ...values.flatMap((v) => [2, 'n', v]),
+        );
       const entries = async (): Promise<string[]> => (await redis.xrange(stream, '-', '+')).map(([, f]) => f[1]);
       await redis.del(stream);
       // Three runs of one call: each sets the guard for the next; the last deletes it.
@@ -216,7 +235,20 @@ describe('publishMany with producer dedup', () => {
       // A run that fails part way deletes the guard: the runs after it append nothing.
       await redis.set(guard, '1');
       await redis.set(`${prefix}:not-a-stream`, 'x');
-      const failing = await client.eventrailAppendManyDedup(2, `${prefix}:not-a-stream`, guard, 0, 1, '1', 60_000, 2, 'n', 'd2');
+      const failing = await client.eventrailAppendManyDedup(
+        4,
+        `${prefix}:not-a-stream`,
+        keys.bigEntries(2),
+        keys.indexedFrom(2),
+        guard,
+        0,
+        1,
+        '1',
+        60_000,
+        2,
+        'n',
+        'd2',
+      );
       expect(failing[2]).toMatch(/^WRONGTYPE/);
       expect(await redis.exists(guard)).toBe(0);
       expect(await run(2, false, 'd3')).toEqual([[], [], expect.stringMatching(/^GUARDED /)]);

@@ -92,6 +92,7 @@ describe('retention without the archive, on an archived log', () => {
         client,
         keys.stream(0),
         keys.archived(0),
+        keys.bigEntries(0),
         minId,
         '=',
         '',

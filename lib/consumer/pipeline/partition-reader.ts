@@ -3,7 +3,9 @@ import type { Cluster, Redis } from 'ioredis';
 import type { EntryOrigin, MalformedEntry, RawEntry } from '../../wire/codec';
 import { readEntryBuffers } from '../../wire/entry-reader';
 import { XReadBufferReply } from '../../redis/stream-read';
-import { EventrailScripts, type BacklogRead } from '../../redis/eventrail-scripts';
+import { EventrailScripts, type BacklogRead, type IndexKeys } from '../../redis/eventrail-scripts';
+import { BIG_ENTRY_BYTES, FRAME_BYTES } from '../../redis/big-entries';
+import { compareStreamIds } from '../../wire/stream-id';
 import { describeError } from '../../util/describe-error';
 import { logRecord } from '../../util/log-record';
 
@@ -24,6 +26,9 @@ const LEAST_CEILING_BYTES = 1024 * 1024;
  */
 const CEILING_HOLD_MS = 60_000;
 
+/** Fewest entries a plain read between big entries asks for: below it (a small `maxReadBytes`), the script reads. */
+const LEAST_PLAIN_READ = 32;
+
 /** Between two attempts at an entry that no read brings (each attempt makes Redis buffer the entry again). */
 export const STUCK_RETRY_MS = 5_000;
 
@@ -33,9 +38,6 @@ const MIB = 1024 * 1024;
 function size(bytes: number): string {
   return bytes >= MIB ? `${(bytes / MIB).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
 }
-
-/** What a field (or the id) costs in a reply beyond its bytes: a RESP bulk string's header and end, about. */
-const FRAME_BYTES = 8;
 
 /**
  * The size in bytes of an entry read as Buffers, as readBacklog-1.lua counts it: its id, field names and
@@ -63,6 +65,19 @@ export interface PartitionReaderOptions {
   maxReadBytes: number;
   /** The group, for log lines. */
   group: string;
+  /** The partition's stream and index keys: while behind, reads are plain XRANGE between big entries (readIndex-3.lua). */
+  index?: IndexKeys;
+}
+
+/**
+ * Where the reads may go with plain XRANGE: every entry after the offset and before `end` (exclusive)
+ * was appended before the question and is not big. `big`: `end` is a big entry's id.
+ */
+interface Region {
+  /** The offset the index was asked after: reads from before it are not covered. */
+  start: string;
+  end: string;
+  big: boolean;
 }
 
 /**
@@ -131,6 +146,13 @@ export class PartitionReader {
   private warned = false;
   /** When the byte ceiling was last lowered (performance.now()), while it is. */
   private loweredAt?: number;
+  /** Where reads go with plain XRANGE while behind (`readIndexed`); asked again once passed. */
+  private region?: Region;
+  /** Entries up to this id may be big without being indexed (appended before the index was): the script reads them. */
+  private unindexedUntil?: string;
+  /** When the index was found not to cover the partition (performance.now()): the script reads it, and it is asked again after `CEILING_HOLD_MS`. */
+  private indexOffAt?: number;
+  private warnedUnindexed = false;
 
   constructor(
     private readonly stream: string,
@@ -156,7 +178,7 @@ export class PartitionReader {
       else if (this.perEntry === undefined) reading = this.readProbing(connection, after, count, blockMs);
       else if (this.behind && this.packs()) {
         this.expected = Math.min(count, this.limit);
-        reading = this.readPacked(connection, after, this.expected, blockMs);
+        reading = this.readBehind(connection, after, this.expected, blockMs);
       } else {
         this.expected = this.sized(count);
         reading = this.readBlocking(connection, after, this.expected, blockMs);
@@ -235,7 +257,7 @@ export class PartitionReader {
       if (this.packs()) {
         this.expected = Math.min(count, this.limit);
         if (this.expected === 1) return first;
-        rest = this.readPacked(connection, first[0].offset, this.expected - 1);
+        rest = this.readBehind(connection, first[0].offset, this.expected - 1);
       } else {
         this.expected = this.sized(count);
         if (this.expected === 1) return first;
@@ -363,6 +385,113 @@ export class PartitionReader {
     }
     this.observe(bytes, raw.length, Math.max(largest, this.left));
     return entries;
+  }
+
+  /**
+   * A read while behind: plain XRANGE where the partition's index of big entries tells beforehand that
+   * the reply fits the byte ceiling (`readIndexed`), else the byte-counting script.
+   */
+  private async readBehind(connection: Redis | Cluster, after: string, count: number, blockMs?: number): Promise<Entry[]> {
+    const plain = this.indexedCount(after, count);
+    if (plain > 0) {
+      const expected = this.expected;
+      this.expected = plain;
+      const entries = await this.readIndexed(connection, after, plain);
+      if (entries) return entries;
+      this.expected = expected;
+    }
+    return this.readPacked(connection, after, count, blockMs);
+  }
+
+  /**
+   * How many entries a plain read after `after` may ask for (0: the script reads): as many entries that
+   * are not big as fit the ceiling, at most `count`, where the index is known to cover the partition from
+   * there. Under `LEAST_PLAIN_READ` of them (a small ceiling), the script, which fits as many small
+   * entries as there are, reads instead.
+   */
+  private indexedCount(after: string, count: number): number {
+    if (!this.options.index || this.packedRefused) return 0;
+    if (this.indexOffAt !== undefined) {
+      if (performance.now() - this.indexOffAt < CEILING_HOLD_MS) return 0;
+      this.indexOffAt = undefined;
+    }
+    if (this.unindexedUntil !== undefined && compareStreamIds(after, this.unindexedUntil) < 0) return 0;
+    const fit = Math.min(count, Math.floor(this.ceiling / BIG_ENTRY_BYTES));
+    return fit >= Math.min(count, LEAST_PLAIN_READ) ? fit : 0;
+  }
+
+  /**
+   * Up to `count` entries after `after` with plain XRANGE, up to the region the index vouches for:
+   * each entry there is at most BIG_ENTRY_BYTES, so `count` of them fit the ceiling. A big entry at the
+   * region's end comes alone. Undefined when the index cannot tell (the script reads instead).
+   */
+  private async readIndexed(connection: Redis | Cluster, after: string, count: number): Promise<Entry[] | undefined> {
+    let region = this.region;
+    if (!region || compareStreamIds(after, region.start) < 0 || compareStreamIds(after, region.end) >= 0) {
+      region = await this.askIndex(connection, after);
+      if (!region) return undefined;
+    }
+    this.expectedBytes = this.ceiling;
+    this.left = 0;
+    const raw = await EventrailScripts.readRange(connection, this.stream, after, `(${region.end}`, count);
+    if (raw.length < count) {
+      // The region ends here: more may follow it (behind stays), and the next read asks the index again.
+      this.region = undefined;
+      this.more = true;
+    }
+    if (raw.length === 0) {
+      // Nothing before Redis's time (caught up, or ids ahead of its clock): the script tells which.
+      if (!region.big) return undefined;
+      return this.decodeEntries(await EventrailScripts.readRange(connection, this.stream, after, '+', 1));
+    }
+    const entries = this.decodeEntries(raw);
+    if (raw.length > 1 && this.lastMean * raw.length > this.ceiling) this.offIndex(this.lastMean * raw.length, raw.length);
+    return entries;
+  }
+
+  /** Asks where the big entries after `after` are (readIndex-3.lua): the region plain reads may cover, or undefined. */
+  private async askIndex(connection: Redis | Cluster, after: string): Promise<Region | undefined> {
+    let answer: { from: string; next: string; now: string };
+    try {
+      answer = await EventrailScripts.readIndex(connection, this.options.index!, after);
+    } catch (error) {
+      // A refusal (an ACL, scripting off) is an answer: the script read is tried instead. Anything else is the read's failure.
+      if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
+      this.indexOffAt = performance.now();
+      return undefined;
+    }
+    const { from, next, now } = answer;
+    if (from === 'none') {
+      this.indexOffAt = performance.now();
+      return undefined;
+    }
+    if (compareStreamIds(after, from) < 0) {
+      this.unindexedUntil = from;
+      return undefined;
+    }
+    const clock = `${now}-0`;
+    const big = next !== '' && compareStreamIds(next, clock) < 0;
+    return (this.region = { start: after, end: big ? next : clock, big });
+  }
+
+  /**
+   * A plain read brought more than the ceiling: the partition holds big entries its index does not
+   * know (a raw XADD, or a process of an older eventrail still publishing). The script reads it for a
+   * while; said once.
+   */
+  private offIndex(bytes: number, entries: number): void {
+    this.indexOffAt = performance.now();
+    this.region = undefined;
+    if (this.warnedUnindexed) return;
+    this.warnedUnindexed = true;
+    const { group } = this.options;
+    const { partition } = this.origin;
+    const text =
+      `Group "${group}" partition ${partition}: a read of ${entries} entries brought ${size(bytes)}, over maxReadBytes ` +
+      `(${size(this.ceiling)}): the partition holds entries over ${size(BIG_ENTRY_BYTES)} that its index of big entries does not know ` +
+      `(appended by a raw XADD, or by a process of an older eventrail that does not index them). Reading it with the byte-counting script ` +
+      `for a minute at a time until they are past`;
+    this.logger.warn(logRecord(text, { group, partition, bytes: Math.round(bytes), entries }));
   }
 
   /** At most `count` entries and the byte ceiling's worth (one entry at least), read by the script; without `blockMs`, a fallback read does not wait. */

@@ -6,6 +6,7 @@ import { compareStreamIds } from '../../wire/stream-id';
 import { BLOCK_MS } from '../../redis/stream-read';
 import type { MetricsHooks } from '../../metrics/eventrail-metrics';
 import type { EventrailRedis } from '../../redis/eventrail-redis';
+import type { IndexKeys } from '../../redis/eventrail-scripts';
 import { describeError, errorStack } from '../../util/describe-error';
 import { logRecord, type LogFields, type LogRecord } from '../../util/log-record';
 import { withTimeout } from '../../util/timeout';
@@ -586,8 +587,20 @@ export class PartitionWorker {
     const connection = this.connection;
     if (!connection) return Promise.resolve([]);
     const { packedBacklogReads: packed, maxReadBytes } = this.params.options;
-    this.reader ??= new PartitionReader(this.streamKey, this.origin, { packed, maxReadBytes, group: this.params.lease.group });
+    this.reader ??= new PartitionReader(this.streamKey, this.origin, {
+      packed,
+      maxReadBytes,
+      group: this.params.lease.group,
+      index: this.indexKeys(),
+    });
     return this.reader.read(connection, after, count, blockMs);
+  }
+
+  /** The keys the reader asks, while behind, where the partition's big entries are (readIndex-3.lua). */
+  private indexKeys(): IndexKeys {
+    const { keys } = this.params.redis;
+    const { partition } = this.params.lease;
+    return { stream: this.streamKey, bigEntries: keys.bigEntries(partition), indexedFrom: keys.indexedFrom(partition) };
   }
 
   /** Commits through the fenced lease; false when the lease was lost or the commit's fate is unknown (the worker then aborts). */

@@ -9,9 +9,13 @@
   guard holds r - 1, sets it to r when it is done and more runs follow, and
   deletes it after the last run or a failure.
 
-  The caller passes the number of keys (1, or 2 with a guard).
+  Big entries are recorded in the partition's index as they are appended
+  (see index-big.lua).
+  The caller passes the number of keys (3, or 4 with a guard).
   KEYS[1] partition stream key
-  KEYS[2] with a guard: the guard key of the call in this partition
+  KEYS[2] the partition's index of big entries
+  KEYS[3] the partition's indexed-from mark
+  KEYS[4] with a guard: the guard key of the call in this partition
 
   ARGV[1] the number of field arguments of every event in the run (its
   width), or 0 when they differ
@@ -34,9 +38,11 @@
 ]]
 local call = redis.call
 --@include append-run
+--@include index-big
 
 local stream = KEYS[1]
-local guard = KEYS[2]
+local index, mark = KEYS[2], KEYS[3]
+local guard = KEYS[4]
 local last = #ARGV
 if last == 0 then
   return { {} }
@@ -70,15 +76,23 @@ local n = 0
 local function appendAll()
   if width > 0 then
     for i = first, last, width do
-      offsets[n + 1] = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
+      local id = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
       n = n + 1
+      offsets[n] = id
+      if bigEntry(i, i + width - 1) then
+        indexBig(index, mark, id)
+      end
     end
   else
     local i = first
     for _ = 1, events do
       local count = tonumber(ARGV[i])
-      offsets[n + 1] = call("XADD", stream, "*", unpack(ARGV, i + 1, i + count))
+      local id = call("XADD", stream, "*", unpack(ARGV, i + 1, i + count))
       n = n + 1
+      offsets[n] = id
+      if bigEntry(i + 1, i + count) then
+        indexBig(index, mark, id)
+      end
       i = i + 1 + count
     end
   end

@@ -3,9 +3,9 @@
   dedup window (events that carry their own ids), each event is appended
   unless the same event id was appended to this partition within the window
   (then it gives the first append's offset instead), exactly as
-  publishDedup-2 does, so an id twice in one run is appended once: what
+  publishDedup-4 does, so an id twice in one run is appended once: what
   `publishMany` sends for consecutive events with producer dedup, instead of
-  one publishDedup-2 call per event. Without one (window 0), each event is
+  one publishDedup-4 call per event. Without one (window 0), each event is
   appended, as appendMany-1 does: what a guarded run without ids is sent as.
 
   The guard keeps what lands in a partition a prefix of what one
@@ -16,9 +16,13 @@
   was done), sets it to r when it is done and more runs follow, and deletes
   it after the last run or a failure.
 
+  Big entries are recorded in the partition's index as they are appended
+  (see index-big.lua).
   The caller passes the number of keys.
   KEYS[1] partition stream key
-  KEYS[1 + n] with a window: dedup mark key of the run's n-th event (none without)
+  KEYS[2] the partition's index of big entries
+  KEYS[3] the partition's indexed-from mark
+  KEYS[3 + n] with a window: dedup mark key of the run's n-th event (none without)
   KEYS[#KEYS] with a guard: the guard key of the call in this partition
   ARGV[1] dedup window (ms), 0 for none
   ARGV[2] guard: how many runs of the call went before this one in the partition, '' for none
@@ -39,6 +43,7 @@
 ]]
 local pcall_redis = redis.pcall
 --@include append-run
+--@include index-big
 
 local window = tonumber(ARGV[1])
 if window == nil or window < 0 then
@@ -56,8 +61,8 @@ if not events then
 end
 local marks = window > 0 and events or 0
 local guardKeys = guarded and 1 or 0
-if #KEYS ~= 1 + marks + guardKeys then
-  return redis.error_reply("ERR eventrail appendManyDedup: " .. events .. " events, " .. marks .. " dedup keys and " .. guardKeys .. " guard key expected, got " .. #KEYS .. " keys")
+if #KEYS ~= 3 + marks + guardKeys then
+  return redis.error_reply("ERR eventrail appendManyDedup: " .. events .. " events, " .. marks .. " dedup keys and " .. guardKeys .. " guard key expected after the stream and its index keys, got " .. #KEYS .. " keys")
 end
 
 local guard = KEYS[#KEYS]
@@ -81,7 +86,7 @@ local i = 5
 for n = 1, events do
   local count = tonumber(ARGV[i])
   local first = false
-  local mark = KEYS[n + 1]
+  local mark = KEYS[n + 3]
   if marks > 0 then
     first = pcall_redis("GET", mark)
     if failed(first) then
@@ -98,6 +103,9 @@ for n = 1, events do
     end
     offsets[n] = offset
     duplicates[n] = 0
+    if bigEntry(i + 1, i + count) then
+      indexBig(KEYS[2], KEYS[3], offset)
+    end
     if marks > 0 then
       local set = pcall_redis("SET", mark, offset, "PX", ARGV[1])
       if failed(set) then

@@ -3,7 +3,7 @@
   Records a partition's archive mark (the last entry archived to a sink) on a
   Redis that is over maxmemory, where Redis refuses a plain HSET: a retention
   cycle archives before it trims, and the trim (which frees memory) checks
-  this mark (trimLog-2.lua). The flag allow-oom (Redis 7.0+) lets the script
+  this mark (trimLog-3.lua). The flag allow-oom (Redis 7.0+) lets the script
   write anyway; a mark is one small field. The callers send a plain HSET
   first and come here only on Redis's OOM reply.
 

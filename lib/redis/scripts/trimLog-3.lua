@@ -11,8 +11,11 @@
     fleet's archive settings cannot delete what the archiving instance has not
     saved yet.
 
+  The partition's index of big entries loses the ids of the entries removed
+  (those scored below the first entry left).
   KEYS[1] partition stream
   KEYS[2] archive marks hash (sink id -> last archived stream id)
+  KEYS[3] the partition's index of big entries
 
   ARGV[1] MINID: entries with a smaller id are removed
   ARGV[2] "~" for an approximate trim (whole macro nodes only), "=" for exact
@@ -56,4 +59,11 @@ elseif ARGV[4] ~= "1" then
     end
   end
 end
-return rcall("XTRIM", KEYS[1], "MINID", ARGV[2], ARGV[1])
+local removed = rcall("XTRIM", KEYS[1], "MINID", ARGV[2], ARGV[1])
+if removed > 0 then
+  -- An approximate trim leaves whole macro nodes: entries below MINID may stay, and stay indexed.
+  local first = rcall("XRANGE", KEYS[1], "-", "+", "COUNT", 1)[1]
+  local below = first and first[1] or ARGV[1]
+  rcall("ZREMRANGEBYSCORE", KEYS[3], "-inf", "(" .. string.match(below, "^%d+"))
+end
+return removed
