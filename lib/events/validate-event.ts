@@ -37,16 +37,26 @@ export function validateEventName(event: unknown): asserts event is string {
  * of the first offending value.
  */
 export function validateJsonData(event: string, value: unknown): void {
+  // One array of ancestors serves every walk (a fresh one grows to room for 17 each time); a getter that
+  // publishes from inside a walk gets its own.
+  const ancestors = spareAncestors ?? [];
+  spareAncestors = undefined;
   try {
     // The fast walk builds no path strings; only a failure walks again to name the path.
-    if (isPlainJson(value, [])) return;
+    if (isPlainJson(value, ancestors)) return;
     checkValue(event, value, 'data', []);
   } catch (error) {
     if (error instanceof InvalidEventDataError) throw error;
     // A getter or a proxy trap that throws: JSON.stringify would throw it too.
     throw new InvalidEventDataError(event, 'data', `cannot be read (${describeError(error)})`);
+  } finally {
+    // A walk that passed popped what it pushed (setting the length would give the array's room back).
+    if (ancestors.length !== 0) ancestors.length = 0;
+    spareAncestors = ancestors;
   }
 }
+
+let spareAncestors: object[] | undefined = [];
 
 function isPlainJson(value: unknown, ancestors: object[]): boolean {
   switch (typeof value) {

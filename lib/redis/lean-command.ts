@@ -178,7 +178,8 @@ export function sendLeanScript<T>(
 ): Promise<T> {
   if (numberOfKeys < 0) throw new Error(`sendLeanScript: the caller gives the number of keys of script ${script.sha}`);
   const keyPrefix = (client.options as { keyPrefix?: string }).keyPrefix;
-  const command = new LeanCommand('evalsha', [script.sha, numberOfKeys, ...args], {
+  // Command's constructor flattens its arguments one level: `args` (a run of a publishMany: thousands) is copied there only.
+  const command = new LeanCommand('evalsha', [script.sha, numberOfKeys, args], {
     replyEncoding: buffers ? null : 'utf8',
     keyPrefix,
   });

@@ -50,6 +50,11 @@ export interface EntryOrigin {
 
 /** XADD arguments after the id, in a fixed order. */
 export function encodeFields(e: EncodedEvent): string[] {
+  // What `publish` writes for an event without an id of its own, as one literal: an array grown by pushes
+  // reserves room for about 20 values.
+  if (e.id === undefined && e.headers === undefined && e.to === undefined) {
+    return e.key === undefined ? [FIELD.event, e.event, FIELD.data, e.data] : [FIELD.event, e.event, FIELD.key, e.key, FIELD.data, e.data];
+  }
   const fields = e.id === undefined ? [FIELD.event, e.event] : [FIELD.id, e.id, FIELD.event, e.event];
   if (e.key !== undefined) fields.push(FIELD.key, e.key);
   if (e.id !== undefined && e.time !== undefined) fields.push(FIELD.time, String(e.time));

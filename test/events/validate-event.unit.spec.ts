@@ -98,6 +98,24 @@ describe('validateJsonData', () => {
     expect(() => validateJsonData('e', [proxy])).toThrow(InvalidEventDataError);
   });
 
+  it('walks data checked from inside another walk (a getter that publishes) on its own, and then the outer data to the end', () => {
+    const inner: Record<string, unknown> = { list: [1, { deep: [2] }] };
+    const outer: Record<string, unknown> = {
+      get first() {
+        validateJsonData('inner', inner);
+        expect(() => validateJsonData('inner', { self: inner, bad: NaN })).toThrow(InvalidEventDataError);
+        return 1;
+      },
+      then: { back: undefined as unknown },
+    };
+    (outer.then as Record<string, unknown>).back = outer;
+    expect(() => validateJsonData('outer', outer)).toThrow(/data\.then\.back.*circular/);
+    // And afterwards as before: what passes passes, what loops is refused.
+    expect(() => validateJsonData('after', inner)).not.toThrow();
+    inner.loop = inner;
+    expect(() => validateJsonData('after', inner)).toThrow(/data\.loop.*circular/);
+  });
+
   it('accepts plain JSON, including shared (non-cyclic) references', () => {
     const shared = { x: 1 };
     const data = { a: [1, 'two', true, null, { b: shared }], c: shared, d: Object.create(null) as object, e: -0.5 };
