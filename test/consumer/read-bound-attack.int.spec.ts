@@ -91,10 +91,17 @@ class Filler {
  * The ids in every reply a worker's read got (the packed script's, or XREAD's), in order, and which kind:
  * what Redis buffered whole for one read. The calls go through unchanged.
  */
-function recordReplies(): Array<{ packed: boolean; ids: string[]; bound?: number }> {
-  const replies: Array<{ packed: boolean; ids: string[]; bound?: number }> = [];
+function recordReplies(): Array<{ packed: boolean; plain?: boolean; ids: string[]; bound?: number }> {
+  const replies: Array<{ packed: boolean; plain?: boolean; ids: string[]; bound?: number }> = [];
   const readBacklog = EventrailScripts.readBacklog.bind(EventrailScripts);
   const readStream = EventrailScripts.readStream.bind(EventrailScripts);
+  const readRange = EventrailScripts.readRange.bind(EventrailScripts);
+  // Plain reads between indexed big entries: their bound is the reader's; every entry in one of several is at most 16 KiB.
+  jest.spyOn(EventrailScripts, 'readRange').mockImplementation(async (...args) => {
+    const reply = await readRange(...args);
+    replies.push({ packed: false, plain: true, ids: reply.map(([id]) => id.toString()) });
+    return reply;
+  });
   jest.spyOn(EventrailScripts, 'readBacklog').mockImplementation(async (...args) => {
     const read = await readBacklog(...args);
     const ids = read.entries.map(([id]) => id.toString());
@@ -202,9 +209,15 @@ describe('read bound, attacked', () => {
     expectOnceInKeyOrder(got('keyed'), total);
     expectOnceInKeyOrder(got('single'), total);
     expectOnceInKeyOrder(got('wide'), total);
-    // Every packed reply of several entries within the bound it was sent with; each group's bound was used.
+    // Every packed reply of several entries within the bound it was sent with; the smallest bound, too small for
+    // plain reads (fewer than 32 entries of 16 KiB), went through the script.
     expect(over).toEqual([]);
-    expect([...bounds].sort((a, b) => a! - b!)).toEqual([65_536, 100_003, 3 * MIB + 4097]);
+    expect(bounds).toContain(65_536);
+    // Every plain reply of several entries: each entry at most 16 KiB, so within the only bound that allows plain
+    // reads of several (3 MiB + 4097: 192 entries of 16 KiB); batchSize 1 reads plainly one entry at a time.
+    const plain = brought.filter((r) => r.plain && r.ids.length > 1);
+    for (const r of plain) expect(Math.max(...r.ids.map((id) => bySize.get(id)!))).toBeLessThanOrEqual(16 * 1024);
+    expect(plain.filter((r) => r.bytes > 3 * MIB + 4097)).toEqual([]);
   });
 
   it('the script refused by ACL (a user denied XRANGE, which it runs): XREAD reads, every entry once, per key in order, warned once', async () => {

@@ -93,6 +93,13 @@ describe('refused server commands', () => {
       { event: 'plain', data: { n: 31 } },
       { event: 'plain', data: { n: 32 } },
     ]);
+    // A big entry (over 16 KiB) goes as a plain XADD as well, once the publisher knows: its partition is marked as not
+    // indexed first, so workers read it with the byte-counting script.
+    const keys = new EventrailKeys(prefix, 1);
+    const big = await publisher.publish('plain', { n: 33, blob: 'x'.repeat(20_000) });
+    expect((await root.xrange(keys.stream(0), big.offset, big.offset)).length).toBe(1);
+    expect(await root.get(keys.indexedFrom(0))).toBe('none');
+    expect(await root.zcard(keys.bigEntries(0))).toBe(0);
     const denied = (await aclLog(root, 'noscript')).filter((d) => d.object === 'evalsha' || d.object === 'eval');
     expect(denied.reduce((sum, d) => sum + d.count, 0)).toBeGreaterThanOrEqual(1);
     expect(denied.reduce((sum, d) => sum + d.count, 0)).toBeLessThanOrEqual(2);

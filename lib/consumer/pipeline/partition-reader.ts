@@ -433,7 +433,13 @@ export class PartitionReader {
     }
     this.expectedBytes = this.ceiling;
     this.left = 0;
-    const raw = await EventrailScripts.readRange(connection, this.stream, after, `(${region.end}`, count);
+    let raw: Array<[Buffer, Buffer[]]>;
+    try {
+      raw = await EventrailScripts.readRange(connection, this.stream, after, `(${region.end}`, count);
+    } catch (error) {
+      if (!this.refused(error)) throw error;
+      return undefined;
+    }
     if (raw.length < count) {
       // The region ends here: more may follow it (behind stays), and the next read asks the index again.
       this.region = undefined;
@@ -455,9 +461,7 @@ export class PartitionReader {
     try {
       answer = await EventrailScripts.readIndex(connection, this.options.index!, after);
     } catch (error) {
-      // A refusal (an ACL, scripting off) is an answer: the script read is tried instead. Anything else is the read's failure.
-      if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) throw error;
-      this.indexOffAt = performance.now();
+      if (!this.refused(error)) throw error;
       return undefined;
     }
     const { from, next, now } = answer;
@@ -472,6 +476,18 @@ export class PartitionReader {
     const clock = `${now}-0`;
     const big = next !== '' && compareStreamIds(next, clock) < 0;
     return (this.region = { start: after, end: big ? next : clock, big });
+  }
+
+  /**
+   * Whether `error` is Redis refusing the index's question or a plain read (an ACL without the script
+   * or `XRANGE`, scripting off): an answer, not a failure of the read, so the script reads instead for
+   * a while. Anything else (a busy or moving server, a lost connection) is the read's failure.
+   */
+  private refused(error: unknown): boolean {
+    if (!(error instanceof Error && error.name === 'ReplyError') || TRANSIENT.test(error.message)) return false;
+    this.indexOffAt = performance.now();
+    this.region = undefined;
+    return true;
   }
 
   /**
