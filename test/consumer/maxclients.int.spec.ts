@@ -64,11 +64,15 @@ describe('a worker at Redis maxclients', () => {
   beforeAll(async () => {
     server = await startRedisServer();
     redis = new Redis(server.url);
+    await waitFor(async () => (await connectedClients()) === 1, 'only this test connection'); // the start's probes closed
   });
   afterEach(async () => {
     await redis.config('SET', 'maxclients', '10000');
     await app?.close();
     app = undefined;
+    // The app drops its read connections without a QUIT: Redis counts them until it sees them close, and the
+    // next test sets maxclients from connected_clients, which would leave it room for what it must be refused.
+    await waitFor(async () => (await connectedClients()) === 1, 'only this test connection left');
   });
   afterAll(async () => {
     redis.disconnect();
@@ -182,11 +186,18 @@ describe('a worker at Redis maxclients', () => {
     await started.get(EventrailConsumers).start();
     await publish(started, keys, 0);
     await waitFor(() => handled.size === keys.length, 'the first round handled with room for every read connection');
-    // The blocking reads are the connections waiting in XREAD; every other one stays.
-    const readers = String(await redis.client('LIST'))
-      .split('\n')
-      .filter((line: string) => / cmd=xread\b/.test(line))
-      .map((line) => /\bid=(\d+)/.exec(line)?.[1] as string);
+    // The blocking reads are the connections waiting in XREAD; every other one stays. A worker sends its next
+    // XREAD after it committed what it handled: waited for, not assumed done once the handlers ran.
+    const blockedReads = async (): Promise<string[]> =>
+      String(await redis.client('LIST'))
+        .split('\n')
+        .filter((line: string) => / cmd=xread\b/.test(line))
+        .map((line) => /\bid=(\d+)/.exec(line)?.[1] as string);
+    let readers: string[] = [];
+    await waitFor(
+      async () => (readers = await blockedReads()).length >= PARTITIONS,
+      () => `a read connection per partition waiting in XREAD (${readers.length})`,
+    );
     expect(readers).toHaveLength(PARTITIONS);
     await redis.config('SET', 'maxclients', String((await connectedClients()) - PARTITIONS + READERS));
     for (const id of readers) await redis.client('KILL', 'ID', id);
