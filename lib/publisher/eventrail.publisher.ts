@@ -132,7 +132,7 @@ interface Prepared {
 @Injectable()
 export class EventrailPublisher {
   /** Concurrent `publish` calls leave together, one pipeline per tick. */
-  private readonly appends: AppendCoalescer<Prepared>;
+  private readonly appends: AppendCoalescer<Prepared, PublishResult>;
   /** Whether the appendMany script runs here, once known (see `appendManyWorks`). */
   private appendManyOk?: boolean;
   private appendManyAsked?: Promise<void>;
@@ -144,12 +144,20 @@ export class EventrailPublisher {
     @Inject(EVENTRAIL_OPTIONS) private readonly options: PublisherView,
   ) {
     const timeoutMs = this.options.publishTimeoutMs;
-    this.appends = new AppendCoalescer<Prepared>(
+    this.appends = new AppendCoalescer<Prepared, PublishResult>(
       (p) => this.redis.scripts.append(p.partition, p.fields),
       async (batch) => (await this.append(batch, false, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
       // Queued appends leave on the next tick at the latest: by the deadline, each one was written.
       { ms: timeoutMs, timedOut: () => new PublishTimeoutError(timeoutMs, 1, true) },
+      {
+        answer: (p, offset) => ({
+          id: p.id ?? this.derivedId(p.partition, offset as string),
+          partition: p.partition,
+          offset: offset as string,
+        }),
+        failure: (p, error) => (error instanceof PublishTimeoutError ? error : publishFailed(p.event, error)),
+      },
     );
   }
 
@@ -195,17 +203,8 @@ export class EventrailPublisher {
     const replicated = this.replicated(event, options.durability);
     this.assertReady();
     if (replicated || prepared.dedup) return this.send([prepared], replicated).then((results) => results[0]);
-    // Bounded by `publishTimeoutMs` (the coalescer's deadline).
-    return this.appends.add(prepared).then(
-      (offset) => ({
-        id: prepared.id ?? this.derivedId(prepared.partition, offset as string),
-        partition: prepared.partition,
-        offset: offset as string,
-      }),
-      (error: unknown) => {
-        throw error instanceof PublishTimeoutError ? error : publishFailed(event, error);
-      },
-    );
+    // Bounded by `publishTimeoutMs` (the coalescer's deadline), answered as the coalescer's `answers` say.
+    return this.appends.add(prepared);
   }
 
   /**

@@ -168,4 +168,27 @@ describe('AppendCoalescer', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(timers()).toBe(before);
   });
+
+  it("answers each caller as `answers` turn its reply or its error, the deadline's included", async () => {
+    const coalescer = new AppendCoalescer<number, string>(
+      (item) =>
+        item === 3 ? new Promise(() => undefined) : later(() => (item === 2 ? Promise.reject(new Error('refused')) : `offset-${item}`)),
+      async () => [],
+      (write) => {
+        write();
+        return true;
+      },
+      { ms: 20, timedOut: () => new Error('no answer in time') },
+      {
+        answer: (item, reply) => `${item} at ${String(reply)}`,
+        failure: (item, error) => new Error(`${item}: ${(error as Error).message}`),
+      },
+    );
+    const settled = await Promise.allSettled([1, 2, 3].map((i) => coalescer.add(i)));
+    expect(settled).toEqual([
+      { status: 'fulfilled', value: '1 at offset-1' },
+      { status: 'rejected', reason: new Error('2: refused') },
+      { status: 'rejected', reason: new Error('3: no answer in time') },
+    ]);
+  });
 });
