@@ -238,9 +238,10 @@ export class EventrailScripts {
   /**
    * Appends one event's `fields` to `partition`'s stream; answers its offset. A big entry
    * (big-entries.ts) goes through appendIndexed-3.lua, which records it in the partition's index
-   * of big entries. Where that script is refused (scripting off, an ACL without EVALSHA), this
-   * append fails with the refusal, and from then on big entries go as plain XADDs, each sent
-   * right after a write that marks the partition as not indexed (`unindexed`).
+   * of big entries. Where scripts are refused (scripting off, an ACL without EVALSHA: known from
+   * startup, see `markIndexedFrom`), big entries go as plain XADDs, each sent right after a write
+   * that marks the partition as not indexed (`unindexed`). A refusal that comes later (an ACL
+   * changed under a running app) fails that append, and the next ones go plainly.
    */
   append(partition: number, fields: string[]): Promise<string> {
     const stream = this.keys.stream(partition);
@@ -267,13 +268,17 @@ export class EventrailScripts {
    * Sets each partition's indexed-from mark where it has none (readIndex-3.lua): at the stream's last
    * entry (0-0 for a new log), so entries appended before eventrail indexed big entries are read with
    * the byte-counting script, and the rest plainly. Run at startup, before anything is appended; where
-   * it cannot write (a read-only user, a full Redis), the first read of the partition sets it.
+   * it cannot write (a read-only user, a full Redis), the first read of the partition sets it. Where
+   * Redis refuses the script (an ACL without EVALSHA, scripting off), big entries go unindexed from the
+   * first one on (`scriptsRefused`), rather than a first big `publish` failing on the refusal.
    */
   async markIndexedFrom(): Promise<void> {
     const { keys } = this;
     await Promise.all(
       Array.from({ length: keys.partitions }, (_, p) =>
-        this.client.eventrailReadIndex(keys.stream(p), keys.bigEntries(p), keys.indexedFrom(p), '0-0').catch(() => undefined),
+        this.client.eventrailReadIndex(keys.stream(p), keys.bigEntries(p), keys.indexedFrom(p), '0-0').catch((error: unknown) => {
+          if (error instanceof Error && isRefusal(error.message)) this.unindexed = true;
+        }),
       ),
     );
   }
