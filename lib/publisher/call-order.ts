@@ -28,8 +28,14 @@ export class CallOrder {
 
   /** True while an earlier call waits in one of `lanes`: a call to them made now must `hold` its place behind it. */
   waitingOn(lanes: readonly string[]): boolean {
+    if (this.lanes.size === 0) return false;
     for (const lane of lanes) if (this.lanes.has(lane)) return true;
     return false;
+  }
+
+  /** `waitingOn` for one call's lane (none: never waits), with no array made for it. */
+  waitingOnLane(lane: string | undefined): boolean {
+    return lane !== undefined && this.lanes.size > 0 && this.lanes.has(lane);
   }
 
   /**
@@ -96,5 +102,11 @@ export function orderLane(options: unknown): string | undefined {
   const { key, partition } = options as { key?: unknown; partition?: unknown };
   if (typeof key === 'string') return `key:${key}`;
   if (key !== undefined) return undefined;
-  return `partition:${String(partition ?? 0)}`;
+  const chosen = partition ?? 0;
+  // The lanes of valid partitions are made once: every keyless call asks for one.
+  if (typeof chosen === 'number' && Number.isInteger(chosen) && chosen >= 0 && chosen < PARTITION_LANES.length)
+    return (PARTITION_LANES[chosen] ??= `partition:${String(chosen)}`);
+  return `partition:${String(chosen)}`;
 }
+
+const PARTITION_LANES = new Array<string | undefined>(1024);

@@ -175,10 +175,9 @@ export class EventrailPublisher {
       // A definition's schema checks the data first (awaited only when the schema is asynchronous).
       const named = publishedEventName(definitionOrName, data);
       const lane = orderLane(options);
-      const lanes = lane === undefined ? [] : [lane];
-      if (typeof named === 'string' && !this.order.waitingOn(lanes)) return this.publishNamed(named, data, options);
+      if (typeof named === 'string' && !this.order.waitingOnLane(lane)) return this.publishNamed(named, data, options);
       // Its place in its key's append order is taken now, in call order, whenever its check answers.
-      return this.order.hold(lanes, named, (event) => this.publishNamed(event, data, options));
+      return this.order.hold(lane === undefined ? [] : [lane], named, (event) => this.publishNamed(event, data, options));
     } catch (error) {
       return Promise.reject(error);
     }

@@ -39,9 +39,11 @@ const SEQ_LIMIT = 2 ** 32;
 const HEX_BYTE = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, '0'));
 const HEX_DIGIT = Array.from({ length: 16 }, (_, digit) => digit.toString(16));
 
-// The time and partition digits, formatted once per (millisecond, partition): a batch mostly shares both.
+// The digits before the sequence's low 16 bits, formatted once per (millisecond, partition, sequence bits
+// 16-29): a batch mostly shares them all.
 let derivedMs = '';
 let derivedPartition = -1;
+let derivedMiddle = -1;
 let derivedPrefix = '';
 
 /**
@@ -72,14 +74,16 @@ export function derivedEventId(tag: string, partition: number, streamId: string)
   const seq = seqText.length > 15 ? Number(BigInt(seqText) % BigInt(SEQ_LIMIT)) : Number(seqText) % SEQ_LIMIT;
   // rand_a: 10 bits of partition, then the sequence's top 2 bits (zero below 2^30, so cached with the time).
   const high = seq >>> 30;
-  if (ms !== derivedMs || partition !== derivedPartition || high !== 0) {
-    const prefix = timeAndPartition(ms, partition, high);
-    if (high !== 0) return prefix + tail(seq, tag);
+  const middle = (seq >>> 16) & 0x3fff;
+  if (ms !== derivedMs || partition !== derivedPartition || middle !== derivedMiddle || high !== 0) {
+    const prefix = timeAndPartition(ms, partition, high) + variantDigits(middle);
+    if (high !== 0) return prefix + low(seq, tag);
     derivedMs = ms;
     derivedPartition = partition;
+    derivedMiddle = middle;
     derivedPrefix = prefix;
   }
-  return derivedPrefix + tail(seq, tag);
+  return derivedPrefix + low(seq, tag);
 }
 
 /**
@@ -110,8 +114,13 @@ function timeAndPartition(ms: string, partition: number, high: number): string {
   );
 }
 
-/** The variant nibble `10xx` with the sequence's bits 29–28, its bits 27–16, then its low 16 bits and the tag. */
-function tail(seq: number, tag: string): string {
-  const variant = 0x8000 | ((seq >>> 16) & 0x3fff);
-  return `${HEX_BYTE[variant >>> 8]}${HEX_BYTE[variant & 0xff]}-${HEX_BYTE[(seq >>> 8) & 0xff]}${HEX_BYTE[seq & 0xff]}${tag}`;
+/** `vvvv-`: the variant nibble `10xx` with the sequence's bits 29–28, then its bits 27–16 (`middle` holds bits 29–16). */
+function variantDigits(middle: number): string {
+  const variant = 0x8000 | middle;
+  return `${HEX_BYTE[variant >>> 8]}${HEX_BYTE[variant & 0xff]}-`;
+}
+
+/** The sequence's low 16 bits and the tag: the only digits most ids of a batch do not share (12 characters, one flat string). */
+function low(seq: number, tag: string): string {
+  return HEX_BYTE[(seq >>> 8) & 0xff] + HEX_BYTE[seq & 0xff] + tag;
 }
