@@ -75,11 +75,17 @@ local offsets = {}
 local n = 0
 local function appendAll()
   if width > 0 then
+    -- Inline (a call per event costs more than the sum): the sizes of an entry's arguments past the line.
+    local most = BIG_ENTRY_BYTES - ID_BYTES - FRAME_BYTES * (width + 1)
     for i = first, last, width do
       local id = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
       n = n + 1
       offsets[n] = id
-      if bigEntry(i, i + width - 1) then
+      local bytes = 0
+      for j = i, i + width - 1 do
+        bytes = bytes + #ARGV[j]
+      end
+      if bytes > most then
         indexBig(index, mark, id)
       end
     end
