@@ -27,6 +27,7 @@ import { AppendRefused, outcomeOf } from './append-outcome';
 import { CallOrder, orderLane } from './call-order';
 import { withDeadline } from './publish-deadline';
 import { corkedWrite } from '../redis/corked-write';
+import { isBigEntry } from '../redis/big-entries';
 import { isRefusal } from '../redis/server-probe';
 import { startPublishManySpan, startPublishSpan } from '../tracing/publish-tracing';
 
@@ -372,7 +373,7 @@ export class EventrailPublisher {
     replicated: boolean,
     streamed: boolean,
   ): Promise<{ replies: AppendReply[]; confirmed: number }> {
-    const { keys, client } = this.redis;
+    const { client } = this.redis;
     const { replicas, timeoutMs } = this.options.replication;
     // Nothing is awaited before the commands are written, so a call made right after this one cannot overtake it.
     const scripted = prepared.length > 1 && !this.redis.isCluster && this.appendManyWorks();
@@ -398,6 +399,9 @@ export class EventrailPublisher {
     }
     // A Cluster: one partition's events (`append` splits them), as one pipeline to its node.
     const pipeline = client.pipeline();
+    // Where scripts are refused, big entries go as plain XADDs: their partition is marked as not indexed first.
+    const unindexed = this.redis.scripts.appendsUnindexed && prepared.some((p) => isBigEntry(p.fields));
+    if (unindexed) this.redis.scripts.queueUnindexed(pipeline, prepared[0].partition);
     const queueOne = (p: Prepared): void => {
       if (p.dedup && p.id !== undefined)
         this.redis.scripts.queuePublishDedup(pipeline, {
@@ -406,7 +410,7 @@ export class EventrailPublisher {
           windowMs: this.options.dedupWindowMs,
           fields: p.fields,
         });
-      else pipeline.xadd(keys.stream(p.partition), '*', ...p.fields);
+      else this.redis.scripts.queueAppend(pipeline, p.partition, p.fields);
     };
     // A publishMany goes as runs here too, so what lands is a prefix (see `buildRuns`); each queued command is one run.
     const runs: Run[] = [];
@@ -428,6 +432,7 @@ export class EventrailPublisher {
         return Array.from({ length: queued }, (): AppendReply => [timedOut, null]);
       },
     );
+    if (unindexed) answered.shift();
     let confirmed = Infinity;
     if (replicated) {
       const [waitError, count] = answered.pop() ?? [new Error('no reply to WAIT'), 0];
@@ -575,7 +580,11 @@ export class EventrailPublisher {
     this.appendManyAsked ??= this.redis.scripts.checkAppendMany().then(
       () => void (this.appendManyOk = true),
       (error: unknown) => {
-        if (isRefusal(describeError(error))) this.appendManyOk = false;
+        if (isRefusal(describeError(error))) {
+          this.appendManyOk = false;
+          // Big entries go as plain XADDs then, their partition marked as not indexed (the door's `append`).
+          this.redis.scripts.scriptsRefused();
+        }
         this.appendManyAsked = undefined; // not answered (a lost connection): ask again next time
       },
     );

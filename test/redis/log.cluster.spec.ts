@@ -15,6 +15,8 @@ import {
   OnEvent,
 } from '../../lib';
 import { EventrailHealthIndicator, EventrailHealthModule } from '../../lib/health';
+import { EventrailScripts } from '../../lib/redis/eventrail-scripts';
+import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
 import { waitFor } from '../support/helpers';
 import { RedisCluster, startRedisCluster } from '../support/redis-cluster';
@@ -154,6 +156,54 @@ describe('on Redis Cluster', () => {
         expect(log.filter((l) => l.key === key).map((l) => l.seq)).toEqual(Array.from({ length: 30 }, (_, seq) => seq));
       expect(await loaded()).toEqual([1, 1, 1]);
     } finally {
+      admin.disconnect();
+    }
+  });
+
+  it('indexes big entries in their partition and reads plain XRANGE between them on every primary, in per-key order', async () => {
+    prefix = 'indexed';
+    const readRange = EventrailScripts.readRange.bind(EventrailScripts);
+    let plain = 0;
+    jest.spyOn(EventrailScripts, 'readRange').mockImplementation(async (...args) => {
+      const reply = await readRange(...args);
+      if (reply.length > 1) plain++;
+      return reply;
+    });
+    const admin = new Cluster(cluster.startupNodes);
+    try {
+      const publisherOnly = await boot({}, []);
+      const publisher = publisherOnly.get(EventrailPublisher);
+      const keys = Array.from({ length: 24 }, (_, k) => `key-${k}`);
+      // Every fifth step over 16 KiB; lone publishes (one pipeline per partition on a cluster) and publishMany runs.
+      const step = (key: string, seq: number) => ({
+        event: 'order.step',
+        data: { key, seq, pad: seq % 5 === 0 ? 'x'.repeat(20_000) : '' },
+        key,
+      });
+      for (const key of keys) for (let seq = 0; seq < 10; seq++) await publisher.publish('order.step', step(key, seq).data, { key });
+      await publisher.publishMany(keys.flatMap((key) => Array.from({ length: 20 }, (_, i) => step(key, 10 + i))));
+      const schema = new EventrailKeys(prefix, 12);
+      let indexed = 0;
+      for (let p = 0; p < 12; p++) {
+        const big = (await admin.xrange(schema.stream(p), '-', '+'))
+          .filter(([, f]) => f[f.indexOf('data') + 1].length > 20_000)
+          .map(([id]) => id);
+        expect((await admin.zrange(schema.bigEntries(p), '0', '-1')).sort()).toEqual(big.sort());
+        indexed += big.length;
+      }
+      expect(indexed).toBe(keys.length * 6);
+
+      await boot({}, [Audit]);
+      await waitFor(
+        () => log.filter((l) => l.group === 'audit').length >= keys.length * 30,
+        () => `handled ${log.length} of ${keys.length * 30}`,
+        60_000,
+      );
+      for (const key of keys)
+        expect(log.filter((l) => l.key === key).map((l) => l.seq)).toEqual(Array.from({ length: 30 }, (_, seq) => seq));
+      expect(plain).toBeGreaterThan(0);
+    } finally {
+      jest.restoreAllMocks();
       admin.disconnect();
     }
   });
