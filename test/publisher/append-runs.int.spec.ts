@@ -69,7 +69,9 @@ describe('appendMany runs', () => {
       [2, [guard, 2, 0, '1', 0, 'event', 'x'], 'malformed guard arguments'],
     ];
     for (const [numberOfKeys, args, message] of cases) {
-      await expect(client.eventrailAppendMany(numberOfKeys + 2, stream, keys.bigEntries(0), keys.indexedFrom(0), ...args)).rejects.toThrow(`appendMany: ${message}`);
+      await expect(client.eventrailAppendMany(numberOfKeys + 2, stream, keys.bigEntries(0), keys.indexedFrom(0), ...args)).rejects.toThrow(
+        `appendMany: ${message}`,
+      );
     }
     expect(await redis.exists(stream, guard)).toBe(0);
   });

@@ -167,15 +167,25 @@ describe('scripts with many arguments', () => {
   it('refuses a deduplicated append with more fields than one XADD can take, writing nothing', async () => {
     const dedup = keys.dedup(0, 'e1');
     const fields = Array.from({ length: 10_000 }, (_, i) => [`f${i}`, 'v']).flat();
-    await expect(client.eventrailPublishDedup(dedup, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0), 60_000, ...fields)).rejects.toThrow(
-      /publishDedup: 20000 field arguments; an even number up to 7000/,
-    );
+    await expect(
+      client.eventrailPublishDedup(dedup, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0), 60_000, ...fields),
+    ).rejects.toThrow(/publishDedup: 20000 field arguments; an even number up to 7000/);
     expect(await redis.exists(dedup, keys.stream(0))).toBe(0);
     // The largest accepted count appends, and a repeat is a duplicate.
     const most = fields.slice(0, 7000);
-    const [offset, duplicate] = await client.eventrailPublishDedup(dedup, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0), 60_000, ...most);
+    const [offset, duplicate] = await client.eventrailPublishDedup(
+      dedup,
+      keys.stream(0),
+      keys.bigEntries(0),
+      keys.indexedFrom(0),
+      60_000,
+      ...most,
+    );
     expect(duplicate).toBe(0);
-    expect(await client.eventrailPublishDedup(dedup, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0), 60_000, ...most)).toEqual([offset, 1]);
+    expect(await client.eventrailPublishDedup(dedup, keys.stream(0), keys.bigEntries(0), keys.indexedFrom(0), 60_000, ...most)).toEqual([
+      offset,
+      1,
+    ]);
     expect(await redis.xlen(keys.stream(0))).toBe(1);
   });
 

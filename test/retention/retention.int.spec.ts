@@ -253,7 +253,8 @@ describe('retention: trims by maxLen / maxAgeMs, capped by live groups', () => {
   it('trim script: refuses (and removes nothing) when an entry below MINID is not archived', async () => {
     const client = registerScripts(redis);
     for (let i = 1; i <= 5; i++) await redis.xadd(keys.stream(0), `${i}-0`, 'event', 'n', 'data', '{}');
-    const trim = (minId: string) => client.eventrailTrimLog(keys.stream(0), keys.archived(0), keys.bigEntries(0), minId, '=', 'fs:/archive');
+    const trim = (minId: string) =>
+      client.eventrailTrimLog(keys.stream(0), keys.archived(0), keys.bigEntries(0), minId, '=', 'fs:/archive');
     expect(await trim('4-0')).toBe(-1); // no mark at all
     await redis.hset(keys.archived(0), 'fs:/archive', '2-0');
     expect(await trim('4-0')).toBe(-1); // 3-0 is not archived
