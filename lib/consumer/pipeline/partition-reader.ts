@@ -83,9 +83,12 @@ interface Region {
 /**
  * How a partition worker reads its stream. Caught up, it waits in
  * `XREAD BLOCK`, read as Buffers (`readEntryBuffers`). Behind, when the last
- * read came back full so more entries are there at once, it reads with
- * `readBacklog-1.lua` instead, which stops at a byte bound, and answers the
- * entries as XRANGE does, so both decode alike. (It used to pack the batch
+ * read came back full so more entries are there at once, it reads plain
+ * `XRANGE` up to the next big entry the partition's index knows of
+ * (`readBehind`: every entry before it is at most `BIG_ENTRY_BYTES`, so the
+ * reply's size is known beforehand), and where the index cannot tell, with
+ * `readBacklog-1.lua`, which stops at a byte bound, and answers the
+ * entries as XRANGE does, so all decode alike. (It used to pack the batch
  * into one MessagePack string: less decoding for the client, but 5 µs of
  * Redis CPU per entry against 0.8 for XREAD, on the one thread every group
  * shares; the plain reply costs about 3.) Reads are prefetched, so Redis
