@@ -11,7 +11,9 @@ import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { EventrailScripts } from '../../lib/redis/eventrail-scripts';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createAclUser } from '../support/acl';
+import { compareStreamIds } from '../../lib/wire/stream-id';
 import { createApp } from '../support/app';
+import { entrySizes } from '../support/entry-sizes';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
@@ -186,18 +188,6 @@ function violations(replies: Reply[], sizes: Map<string, number>): string[] {
     }
   }
   return found;
-}
-
-/** What a worker counts for each entry of `stream`, by id. */
-async function entrySizes(redis: Redis, stream: string): Promise<Map<string, number>> {
-  const sizes = new Map<string, number>();
-  for (const [id, fields] of await redis.xrangeBuffer(stream, '-', '+')) {
-    sizes.set(
-      id.toString(),
-      fields.reduce((sum, field) => sum + field.length + FRAME_BYTES, id.length + FRAME_BYTES),
-    );
-  }
-  return sizes;
 }
 
 /** The entries of `stream` the index should hold (big as the writer counts them, with the longest id) against what it holds. */
@@ -514,7 +504,7 @@ describe('reads between indexed big entries, attacked', () => {
       );
       const offsets = await Promise.all(groups.map((g) => redis.get(keys.offset(g, 0))));
       if (offsets.some((o) => o === null)) continue;
-      const slowest = offsets.sort((a, b) => (compare(a!, b!) < 0 ? -1 : 1))[0]!;
+      const slowest = offsets.sort((a, b) => (compareStreamIds(a!, b!) < 0 ? -1 : 1))[0]!;
       trimmed += await scripts.trimLog({ partition: 0, minId: slowest, approximate: round % 2 === 0, sinkId: '', allowUnarchived: true });
       const { missing } = await indexMismatch(redis, keys, 0);
       if (missing.length > 0) problems.push(`round ${round}: ${missing.length} big entries left in the stream but not indexed`);
@@ -658,10 +648,3 @@ describe('reads between indexed big entries, attacked', () => {
     }
   });
 });
-
-/** Stream ids compared as numbers. */
-function compare(a: string, b: string): number {
-  const [am, as] = a.split('-').map(BigInt);
-  const [bm, bs] = b.split('-').map(BigInt);
-  return am !== bm ? (am < bm ? -1 : 1) : as === bs ? 0 : as < bs ? -1 : 1;
-}

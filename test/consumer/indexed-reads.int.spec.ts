@@ -1,12 +1,13 @@
 import { Injectable, INestApplicationContext, Logger } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
-import { BIG_ENTRY_BYTES, FRAME_BYTES } from '../../lib/redis/big-entries';
+import { BIG_ENTRY_BYTES } from '../../lib/redis/big-entries';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { EventrailScripts } from '../../lib/redis/eventrail-scripts';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { redeliver } from '../../lib/redelivery/redelivery';
 import { createApp } from '../support/app';
+import { entrySizes } from '../support/entry-sizes';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
@@ -22,18 +23,6 @@ class Reader {
   handle(message: EventrailMessage<{ n: number }>): void {
     handled.push(message.data.n);
   }
-}
-
-/** What a worker counts for an entry (its id, names and values, 8 bytes of framing each): by id. */
-async function entrySizes(redis: Redis, stream: string): Promise<Map<string, number>> {
-  const sizes = new Map<string, number>();
-  for (const [id, fields] of await redis.xrangeBuffer(stream, '-', '+')) {
-    sizes.set(
-      id.toString(),
-      fields.reduce((sum, field) => sum + field.length + FRAME_BYTES, id.length + FRAME_BYTES),
-    );
-  }
-  return sizes;
 }
 
 /** The ids of every reply of each kind of read a worker sent: plain XRANGE, the read script, XREAD. The calls go through. */

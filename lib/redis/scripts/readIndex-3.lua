@@ -27,30 +27,15 @@
 local rcall = redis.call
 local after = ARGV[1]
 
-local function idCompare(a, b)
-  local ams, aseq = string.match(a, "^(%d+)-(%d+)$")
-  local bms, bseq = string.match(b, "^(%d+)-(%d+)$")
-  if #ams ~= #bms then return #ams < #bms and -1 or 1 end
-  if ams ~= bms then return ams < bms and -1 or 1 end
-  if #aseq ~= #bseq then return #aseq < #bseq and -1 or 1 end
-  if aseq ~= bseq then return aseq < bseq and -1 or 1 end
-  return 0
-end
+--@include stream-position
 
 local time = rcall("TIME")
 local now = time[1] .. string.format("%03d", math.floor(tonumber(time[2]) / 1000))
 
 local from = rcall("GET", KEYS[3])
 if not from then
-  from = "0-0"
-  if rcall("EXISTS", KEYS[1]) == 1 then
-    local info = rcall("XINFO", "STREAM", KEYS[1])
-    for i = 1, #info, 2 do
-      if info[i] == "last-generated-id" then
-        from = info[i + 1]
-      end
-    end
-  end
+  local facts = streamFacts(KEYS[1])
+  from = facts and facts.lastGenerated or "0-0"
   -- On a full Redis the mark is not written; this read still knows it, the next one asks again.
   redis.pcall("SET", KEYS[3], from)
 end
