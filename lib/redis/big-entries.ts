@@ -19,10 +19,41 @@ const ID_BYTES = 41;
  * the bytes are counted only for entries near the line.
  */
 export function isBigEntry(fields: readonly string[]): boolean {
-  let most = ID_BYTES + FRAME_BYTES * (fields.length + 1);
-  for (let i = 0; i < fields.length; i++) most += 3 * fields[i].length;
+  return isBigSpan(fields, 0, fields.length);
+}
+
+/**
+ * The big events of a run, as the run scripts take them (appendMany-n and
+ * appendManyDedup-n weigh nothing themselves): their ordinals in the run (1
+ * for the first), separated by commas, or '' for none. `events` is packed as
+ * those scripts take it: with a `width`, every event's `width` field
+ * arguments back to back; with 0, each event's count of them, then they.
+ */
+export function bigOrdinals(events: ReadonlyArray<string | number>, width: number): string {
+  let list = '';
+  let ordinal = 0;
+  for (let i = 0; i < events.length;) {
+    const count = width > 0 ? width : Number(events[i++]);
+    // A malformed count: the script refuses the run, whatever this says.
+    if (!Number.isInteger(count) || count < 0) break;
+    ordinal++;
+    if (isBigSpan(events, i, i + count)) list += list === '' ? String(ordinal) : `,${ordinal}`;
+    i += count;
+  }
+  return list;
+}
+
+/** Whether the field arguments `values[from..to)` (numbers as Redis receives them: their decimal text) make a big entry. */
+function isBigSpan(values: ReadonlyArray<string | number>, from: number, to: number): boolean {
+  const frames = ID_BYTES + FRAME_BYTES * (to - from + 1);
+  let most = frames;
+  for (let i = from; i < to; i++) most += 3 * text(values[i]).length;
   if (most <= BIG_ENTRY_BYTES) return false;
-  let bytes = ID_BYTES + FRAME_BYTES * (fields.length + 1);
-  for (let i = 0; i < fields.length; i++) bytes += Buffer.byteLength(fields[i]);
+  let bytes = frames;
+  for (let i = from; i < to; i++) bytes += Buffer.byteLength(text(values[i]));
   return bytes > BIG_ENTRY_BYTES;
+}
+
+function text(value: string | number | undefined): string {
+  return typeof value === 'string' ? value : String(value);
 }

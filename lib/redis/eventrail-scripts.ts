@@ -3,7 +3,7 @@ import type { EventrailKeys } from './keys';
 import { leanCommandsSupported, sendLean, sendLeanScript } from './lean-command';
 import { type EventrailClient, type EventrailPipeline, leanScript, type ReadBacklogReply, registerScripts } from './scripts';
 import type { XReadBufferReply } from './stream-read';
-import { isBigEntry } from './big-entries';
+import { bigOrdinals, isBigEntry } from './big-entries';
 import { isRefusal } from './server-probe';
 
 /**
@@ -336,7 +336,9 @@ export class EventrailScripts {
    * held the run back (`GUARDED ...`, nothing appended) (appendMany-n.lua).
    * With `width` 0, `events` is a `PackedEvents`; with a `width`, every event
    * has that many field values and `events` holds only the values, back to
-   * back, which Redis checks in one step instead of once per event.
+   * back, which Redis checks in one step instead of once per event. The
+   * big events are weighed here (`bigOrdinals`) and named to the script,
+   * which indexes them without weighing each event again.
    */
   appendMany(input: AppendManyInput): Promise<AppendManyReply> {
     const [numberOfKeys, args] = this.appendManyArgs(input);
@@ -354,9 +356,10 @@ export class EventrailScripts {
     const { keys } = this;
     const stream = keys.stream(partition);
     const index = [keys.bigEntries(partition), keys.indexedFrom(partition)];
+    const bigs = bigOrdinals(events, width);
     const args: Array<string | number> = guard
-      ? [stream, ...index, keys.runGuard(partition, guard.call), width, guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs]
-      : [stream, ...index, width];
+      ? [stream, ...index, keys.runGuard(partition, guard.call), width, bigs, guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs]
+      : [stream, ...index, width, bigs];
     for (const value of events) args.push(value);
     return [guard ? 4 : 3, args];
   }
@@ -398,6 +401,7 @@ export class EventrailScripts {
     args.push(windowMs);
     if (guard) args.push(guard.runsBefore, guard.more ? '1' : '0', guard.ttlMs);
     else args.push('', '', '');
+    args.push(bigOrdinals(events, 0));
     for (const value of events) args.push(value);
     return [numberOfKeys, args];
   }

@@ -58,15 +58,15 @@ describe('appendMany runs', () => {
   it('refuses a malformed call with an error naming what is wrong, and writes nothing', async () => {
     const guard = keys.runGuard(0, 'malformed');
     const cases: Array<[number, Array<string | number>, string]> = [
-      [1, [3, 'event', 'x', 'y'], 'malformed arguments at position 1'], // an odd width
-      [1, [4, 'event', 'x', 'data', '{}', 'event', 'y'], 'malformed arguments at position 1'], // a width that does not divide the run
-      [1, ['four', 'event', 'x', 'data', '{}'], 'malformed arguments at position 1'],
-      [1, [-2, 'event', 'x'], 'malformed arguments at position 1'],
-      [1, [7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()], 'malformed arguments at position 1'],
-      [1, [0, 2, 'event', 'x', 3, 'a', 'b', 'c'], 'malformed arguments at position 5'],
-      [2, [guard, 2, 'one', '1', 60_000, 'event', 'x'], 'malformed guard arguments'],
-      [2, [guard, 2, 0, '2', 60_000, 'event', 'x'], 'malformed guard arguments'],
-      [2, [guard, 2, 0, '1', 0, 'event', 'x'], 'malformed guard arguments'],
+      [1, [3, '', 'event', 'x', 'y'], 'malformed arguments at position 1'], // an odd width
+      [1, [4, '', 'event', 'x', 'data', '{}', 'event', 'y'], 'malformed arguments at position 1'], // a width that does not divide the run
+      [1, ['four', '', 'event', 'x', 'data', '{}'], 'malformed arguments at position 1'],
+      [1, [-2, '', 'event', 'x'], 'malformed arguments at position 1'],
+      [1, [7002, '', ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()], 'malformed arguments at position 1'],
+      [1, [0, '', 2, 'event', 'x', 3, 'a', 'b', 'c'], 'malformed arguments at position 6'],
+      [2, [guard, 2, '', 'one', '1', 60_000, 'event', 'x'], 'malformed guard arguments'],
+      [2, [guard, 2, '', 0, '2', 60_000, 'event', 'x'], 'malformed guard arguments'],
+      [2, [guard, 2, '', 0, '1', 0, 'event', 'x'], 'malformed guard arguments'],
     ];
     for (const [numberOfKeys, args, message] of cases) {
       await expect(client.eventrailAppendMany(numberOfKeys + 2, stream, keys.bigEntries(0), keys.indexedFrom(0), ...args)).rejects.toThrow(

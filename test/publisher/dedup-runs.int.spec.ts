@@ -137,25 +137,25 @@ describe('publishMany with producer dedup', () => {
       const ix = [keys.bigEntries(2), keys.indexedFrom(2)];
       const before = await redis.xlen(stream);
       const cases: Array<[Array<string | number>, string]> = [
-        [[4, stream, ...ix, 'm1', -1, '', '', '', 2, 'event', 'x'], 'dedup window'],
-        [[4, stream, ...ix, 'm1', 1000, '', '', '', 3, 'event', 'x', 'y'], 'malformed arguments at position 5'],
+        [[4, stream, ...ix, 'm1', -1, '', '', '', '', 2, 'event', 'x'], 'dedup window'],
+        [[4, stream, ...ix, 'm1', 1000, '', '', '', '', 3, 'event', 'x', 'y'], 'malformed arguments at position 6'],
         [
-          [5, stream, ...ix, 'm1', 'm2', 1000, '', '', '', 2, 'event', 'x'],
+          [5, stream, ...ix, 'm1', 'm2', 1000, '', '', '', '', 2, 'event', 'x'],
           '1 events, 1 dedup keys and 0 guard key expected after the stream and its index keys, got 5 keys',
         ],
-        [[3, stream, ...ix, 0, '', '', '', 2, 'event', 'x', 2, 'event', 'y', 4], 'malformed arguments at position 11'],
+        [[3, stream, ...ix, 0, '', '', '', '', 2, 'event', 'x', 2, 'event', 'y', 4], 'malformed arguments at position 12'],
         // A guard needs its key, a count of runs before, whether more follow, and a TTL.
-        [[4, stream, ...ix, 'g1', 0, 'one', '1', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
-        [[4, stream, ...ix, 'g1', 0, 1, '2', 1000, 2, 'event', 'x'], 'malformed guard arguments'],
-        [[4, stream, ...ix, 'g1', 0, 1, '1', 0, 2, 'event', 'x'], 'malformed guard arguments'],
+        [[4, stream, ...ix, 'g1', 0, 'one', '1', 1000, '', 2, 'event', 'x'], 'malformed guard arguments'],
+        [[4, stream, ...ix, 'g1', 0, 1, '2', 1000, '', 2, 'event', 'x'], 'malformed guard arguments'],
+        [[4, stream, ...ix, 'g1', 0, 1, '1', 0, '', 2, 'event', 'x'], 'malformed guard arguments'],
         [
-          [3, stream, ...ix, 0, 1, '1', 1000, 2, 'event', 'x'],
+          [3, stream, ...ix, 0, 1, '1', 1000, '', 2, 'event', 'x'],
           '1 events, 0 dedup keys and 1 guard key expected after the stream and its index keys, got 3 keys',
         ],
         // More field arguments than one XADD can take from Lua (unpack's limit is about 8000).
         [
-          [4, stream, ...ix, 'm1', 1000, '', '', '', 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
-          'malformed arguments at position 5',
+          [4, stream, ...ix, 'm1', 1000, '', '', '', '', 7002, ...Array.from({ length: 3501 }, (_, i) => [`f${i}`, 'v']).flat()],
+          'malformed arguments at position 6',
         ],
       ];
       for (const [args, message] of cases) {
@@ -164,9 +164,9 @@ describe('publishMany with producer dedup', () => {
       }
       // appendMany checks a counted run's shape with the same code (append-run.lua).
       for (const [args, message] of [
-        [[0, 3, 'event', 'x', 'y'], 'appendMany: malformed arguments at position 2'],
-        [[0, 2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 5'],
-        [[0, 2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 5'],
+        [[0, '', 3, 'event', 'x', 'y'], 'appendMany: malformed arguments at position 3'],
+        [[0, '', 2, 'event', 'x', 4, 'a', 'b'], 'appendMany: malformed arguments at position 6'],
+        [[0, '', 2, 'event', 'x', 'two', 'a', 'b'], 'appendMany: malformed arguments at position 6'],
       ] as Array<[Array<string | number>, string]>) {
         await expect(client.eventrailAppendMany(3, stream, ...ix, ...args)).rejects.toThrow(message);
       }
@@ -181,6 +181,7 @@ describe('publishMany with producer dedup', () => {
         'm1',
         'm1',
         1000,
+        '',
         '',
         '',
         '',
@@ -215,6 +216,7 @@ describe('publishMany with producer dedup', () => {
           runsBefore,
           more ? '1' : '0',
           60_000,
+          '',
           ...values.flatMap((v) => [2, 'n', v]),
         );
       const entries = async (): Promise<string[]> => (await redis.xrange(stream, '-', '+')).map(([, f]) => f[1]);
@@ -245,6 +247,7 @@ describe('publishMany with producer dedup', () => {
         1,
         '1',
         60_000,
+        '',
         2,
         'n',
         'd2',

@@ -113,7 +113,7 @@ describe('lean commands', () => {
       for (let round = 0; round < 2; round++) {
         const stream = `ordered-${round}`;
         // One write: a run of two appends, then a plain append to the same stream.
-        const run = sendLeanScript<[string[]]>(fresh, appendMany, [stream, 2, 'n', '1', 'n', '2'], false, 1);
+        const run = sendLeanScript<[string[]]>(fresh, appendMany, [stream, 2, '', 'n', '1', 'n', '2'], false, 1);
         const after = sendLean<string>(fresh, 'xadd', [stream, '*', 'n', '3']);
         const [[offsets], last] = await Promise.all([run, after]);
         const entries = await redis.xrange(stream, '-', '+');

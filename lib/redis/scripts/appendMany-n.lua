@@ -10,7 +10,9 @@
   deletes it after the last run or a failure.
 
   Big entries are recorded in the partition's index as they are appended
-  (see index-big.lua).
+  (see index-big.lua). The caller names them (ARGV[2]), by the rule of
+  index-big.lua that big-entries.ts mirrors: the script does not weigh each
+  event's arguments again (that was a tenth of its time per event).
   The caller passes the number of keys (3, or 4 with a guard).
   KEYS[1] partition stream key
   KEYS[2] the partition's index of big entries
@@ -19,7 +21,9 @@
 
   ARGV[1] the number of field arguments of every event in the run (its
   width), or 0 when they differ
-  ARGV[2..4] with a guard: how many runs of the call went before this one in
+  ARGV[2] the big events of the run: their ordinals (1 for the first event),
+  separated by commas, or '' for none
+  ARGV[3..5] with a guard: how many runs of the call went before this one in
   the partition, '1' when more follow it, the guard's TTL (ms)
   then the events: with a width, their field arguments back to back, width
   each; with 0, per event its number of field arguments, then those
@@ -48,13 +52,13 @@ if last == 0 then
   return { {} }
 end
 local width = tonumber(ARGV[1])
-local first = guard and 5 or 2
+local first = guard and 6 or 3
 if width == nil or width < 0 or width % 2 ~= 0 or width > MAX_FIELD_ARGS or (width > 0 and (last - first + 1) % width ~= 0) then
   return redis.error_reply("ERR eventrail appendMany: malformed arguments at position 1")
 end
 local runsBefore, more, ttl
 if guard then
-  runsBefore, more, ttl = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+  runsBefore, more, ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
   if runsBefore == nil or runsBefore < 0 or ttl == nil or ttl <= 0 or (more ~= "0" and more ~= "1") then
     return redis.error_reply("ERR eventrail appendMany: malformed guard arguments")
   end
@@ -71,21 +75,26 @@ if guard and runsBefore > 0 and call("GET", guard) ~= tostring(runsBefore) then
   return { {}, "GUARDED not appended: a run this call sent to the partition before this one was not" }
 end
 
+local bigs = bigOrdinals(ARGV[2])
 local offsets = {}
 local n = 0
 local function appendAll()
-  if width > 0 then
-    -- Inline (a call per event costs more than the sum): the sizes of an entry's arguments past the line.
-    local most = BIG_ENTRY_BYTES - ID_BYTES - FRAME_BYTES * (width + 1)
+  if width == 4 then
+    -- The usual run (event and data, no key): the arguments named, which costs less than unpack.
+    for i = first, last, 4 do
+      local id = call("XADD", stream, "*", ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+      n = n + 1
+      offsets[n] = id
+      if bigs and bigs[n] then
+        indexBig(index, mark, id)
+      end
+    end
+  elseif width > 0 then
     for i = first, last, width do
       local id = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
       n = n + 1
       offsets[n] = id
-      local bytes = 0
-      for j = i, i + width - 1 do
-        bytes = bytes + #ARGV[j]
-      end
-      if bytes > most then
+      if bigs and bigs[n] then
         indexBig(index, mark, id)
       end
     end
@@ -96,7 +105,7 @@ local function appendAll()
       local id = call("XADD", stream, "*", unpack(ARGV, i + 1, i + count))
       n = n + 1
       offsets[n] = id
-      if bigEntry(i + 1, i + count) then
+      if bigs and bigs[n] then
         indexBig(index, mark, id)
       end
       i = i + 1 + count

@@ -16,8 +16,8 @@
   was done), sets it to r when it is done and more runs follow, and deletes
   it after the last run or a failure.
 
-  Big entries are recorded in the partition's index as they are appended
-  (see index-big.lua).
+  Big entries are recorded in the partition's index as they are appended;
+  the caller names them (ARGV[5], see index-big.lua).
   The caller passes the number of keys.
   KEYS[1] partition stream key
   KEYS[2] the partition's index of big entries
@@ -28,7 +28,9 @@
   ARGV[2] guard: how many runs of the call went before this one in the partition, '' for none
   ARGV[3] with a guard: '1' when more runs of the call follow this one in the partition
   ARGV[4] with a guard: its TTL (ms), which bounds how long a call's guard can outlive a lost connection
-  ARGV[5..], per event: its number of field arguments, then those arguments
+  ARGV[5] the big events of the run: their ordinals (1 for the first event),
+  separated by commas, or '' for none
+  ARGV[6..], per event: its number of field arguments, then those arguments
   (field/value pairs, as one XADD takes them).
 
   Returns { offsets, duplicates } when every event was done, in order
@@ -55,7 +57,7 @@ local ttl = tonumber(ARGV[4])
 if guarded and (runsBefore == nil or runsBefore < 0 or ttl == nil or ttl <= 0 or (ARGV[3] ~= "0" and ARGV[3] ~= "1")) then
   return redis.error_reply("ERR eventrail appendManyDedup: malformed guard arguments")
 end
-local events, malformed = runEvents(5)
+local events, malformed = runEvents(6)
 if not events then
   return redis.error_reply("ERR eventrail appendManyDedup: malformed arguments at position " .. malformed)
 end
@@ -74,6 +76,7 @@ local function failed(reply)
   return type(reply) == "table" and reply.err
 end
 
+local bigs = bigOrdinals(ARGV[5])
 local offsets, duplicates = {}, {}
 local function stop(reply)
   if guarded then
@@ -82,7 +85,7 @@ local function stop(reply)
   return { offsets, duplicates, reply.err }
 end
 
-local i = 5
+local i = 6
 for n = 1, events do
   local count = tonumber(ARGV[i])
   local first = false
@@ -103,7 +106,7 @@ for n = 1, events do
     end
     offsets[n] = offset
     duplicates[n] = 0
-    if bigEntry(i + 1, i + count) then
+    if bigs and bigs[n] then
       indexBig(KEYS[2], KEYS[3], offset)
     end
     if marks > 0 then

@@ -10,7 +10,12 @@
   (readIndex-3.lua). The sizes here must stay those of big-entries.ts.
 
   bigEntry(from, to) tells whether the entry of field arguments
-  ARGV[from..to] is big. indexBig(index, mark, id) records entry `id` in the
+  ARGV[from..to] is big (publishDedup-4 weighs its one event here). The run
+  scripts (appendMany-n, appendManyDedup-n) are told instead: their caller
+  weighs each event by the same rule (big-entries.ts, which the scripts facade
+  applies to every run it sends) and names the big ones, and bigOrdinals(list)
+  reads that list ('3,17': the run's 3rd and 17th events) into a set, or nil
+  for none. indexBig(index, mark, id) records entry `id` in the
   index; where that is refused (an ACL without ZADD, a key of another type),
   it marks the partition as not indexed instead, so workers read it with the
   byte-counting script as before; neither ever fails the append.
@@ -24,6 +29,16 @@ local function bigEntry(from, to)
     bytes = bytes + #ARGV[j]
   end
   return bytes > BIG_ENTRY_BYTES
+end
+local function bigOrdinals(list)
+  if list == nil or list == "" then
+    return nil
+  end
+  local set = {}
+  for ordinal in string.gmatch(list, "%d+") do
+    set[tonumber(ordinal)] = true
+  end
+  return set
 end
 local function indexBig(index, mark, id)
   local added = redis.pcall("ZADD", index, string.match(id, "^%d+"), id)
