@@ -37,14 +37,28 @@ export function validateEventName(event: unknown): asserts event is string {
  * of the first offending value.
  */
 export function validateJsonData(event: string, value: unknown): void {
+  jsonBytesBound(event, value);
+}
+
+/**
+ * `validateJsonData`, answering what the same walk learns on the way: a
+ * bound on the UTF-8 bytes of `JSON.stringify(value)` (every character
+ * escaped, every number as long as a number's text gets), so a caller can
+ * tell an event cannot be over a payload limit without serialising it yet.
+ * Infinity when it cannot say.
+ */
+export function jsonBytesBound(event: string, value: unknown): number {
   // One array of ancestors serves every walk (a fresh one grows to room for 17 each time); a getter that
   // publishes from inside a walk gets its own.
   const ancestors = spareAncestors ?? [];
   spareAncestors = undefined;
   try {
     // The fast walk builds no path strings; only a failure walks again to name the path.
-    if (isPlainJson(value, ancestors)) return;
+    const bound = plainJsonBound(value, ancestors);
+    if (bound >= 0) return bound;
     checkValue(event, value, 'data', []);
+    // The second walk found nothing wrong (a getter that answered differently): no bound.
+    return Number.POSITIVE_INFINITY;
   } catch (error) {
     if (error instanceof InvalidEventDataError) throw error;
     // A getter or a proxy trap that throws: JSON.stringify would throw it too.
@@ -58,35 +72,52 @@ export function validateJsonData(event: string, value: unknown): void {
 
 let spareAncestors: object[] | undefined = [];
 
-function isPlainJson(value: unknown, ancestors: object[]): boolean {
+/**
+ * The most characters `JSON.stringify` writes for a finite number: a sign, `0.`, five zeros and 17
+ * significant digits (`-0.0000012345678901234567`), and more than any exponent form.
+ */
+const NUMBER_BYTES = 26;
+/** The most UTF-8 bytes `JSON.stringify` writes for one UTF-16 unit of a string: `\u001f`, or a lone surrogate. */
+const STRING_UNIT_BYTES = 6;
+
+/** -1 unless `value` is plain JSON (see `validateJsonData`); else a bound on the UTF-8 bytes of its JSON. */
+function plainJsonBound(value: unknown, ancestors: object[]): number {
   switch (typeof value) {
     case 'string':
+      return 2 + STRING_UNIT_BYTES * value.length;
     case 'boolean':
-      return true;
+      return 5;
     case 'number':
-      return Number.isFinite(value);
+      return Number.isFinite(value) ? NUMBER_BYTES : -1;
     case 'object':
       break;
     default:
-      return false;
+      return -1;
   }
-  if (value === null) return true;
+  if (value === null) return 4;
   // The depth check comes first: it also bounds the cost of the cycle check below.
-  if (ancestors.length >= MAX_DATA_DEPTH || ancestors.includes(value)) return false;
+  if (ancestors.length >= MAX_DATA_DEPTH || ancestors.includes(value)) return -1;
   ancestors.push(value);
+  // Brackets, and a comma or colon and quotes per member (counted generously).
+  let bound = 2;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      if (!(i in value) || !isPlainJson(value[i], ancestors)) return false;
+      if (!(i in value)) return -1;
+      const item = plainJsonBound(value[i], ancestors);
+      if (item < 0) return -1;
+      bound += item + 1;
     }
   } else {
     const proto = Object.getPrototypeOf(value) as object | null;
-    if (proto !== Object.prototype && proto !== null) return false;
+    if (proto !== Object.prototype && proto !== null) return -1;
     for (const key in value) {
-      if (!isPlainJson((value as Record<string, unknown>)[key], ancestors)) return false;
+      const item = plainJsonBound((value as Record<string, unknown>)[key], ancestors);
+      if (item < 0) return -1;
+      bound += STRING_UNIT_BYTES * key.length + 4 + item;
     }
   }
   ancestors.pop();
-  return true;
+  return bound;
 }
 
 function checkValue(event: string, value: unknown, path: string, ancestors: object[]): void {

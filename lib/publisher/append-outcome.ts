@@ -1,3 +1,5 @@
+import { InvalidEventDataError } from '../errors/invalid-event-data.error';
+import { PayloadTooLargeError } from '../errors/payload-too-large.error';
 import type { PublishOutcome } from '../errors/publish-many.error';
 
 /**
@@ -16,9 +18,12 @@ export class AppendRefused extends Error {
 /**
  * What an append's error says of it: an error reply from Redis (an XADD it
  * refused, a script that stopped before its first write) or a script's own
- * report means not appended; anything else (a dropped connection, no reply)
- * means it was sent and may or may not have been.
+ * report means not appended, and so does data refused as it was serialised
+ * (a `publishMany` event whose getter answered differently the second time:
+ * it and the events after it were not sent); anything else (a dropped
+ * connection, no reply) means it was sent and may or may not have been.
  */
 export function outcomeOf(error: Error): PublishOutcome {
-  return error instanceof AppendRefused || error.name === 'ReplyError' ? 'not-appended' : 'unknown';
+  if (error instanceof AppendRefused || error.name === 'ReplyError') return 'not-appended';
+  return error instanceof InvalidEventDataError || error instanceof PayloadTooLargeError ? 'not-appended' : 'unknown';
 }

@@ -19,7 +19,7 @@ import type { AppendManyDedupInput, AppendManyDedupReply, AppendManyReply, Packe
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
 import { partitionForKey } from '../wire/partitioner';
-import { validateEventName, validateHeaders, validateJsonData } from '../events/validate-event';
+import { jsonBytesBound, validateEventName, validateHeaders } from '../events/validate-event';
 import type { EventDefinition, EventInput, EventRef } from '../events/event-definition';
 import { publishedEventName, publishedEventNames } from '../events/published-event';
 import { AppendCoalescer, AppendReply } from './append-coalescer';
@@ -121,14 +121,27 @@ interface Prepared {
   partition: number;
   /** The caller's id; without one, the id is derived from the stream id Redis gives the entry. */
   id: string | undefined;
-  fields: string[];
+  /** The XADD field arguments; null while the data waits to be serialised (`unwritten`). */
+  fields: string[] | null;
+  /** What a `publishMany` event's fields are made of when its data is serialised as its run is sent (see `publishChecked`). */
+  unwritten: Unwritten | undefined;
   /** Appended through the dedup script: the caller chose the id and dedup is on. */
   dedup: boolean;
 }
 
+/** An event checked but not serialised yet: its data, and the other fields as they will be written. */
+interface Unwritten {
+  data: unknown;
+  key: string | undefined;
+  time: number | undefined;
+  headers: string | undefined;
+}
+
 /**
  * Appends events to the log. Everything is validated before anything is sent,
- * so a refused call appends nothing.
+ * so a refused call appends nothing (`publishMany` serialises data as its runs
+ * leave: only data whose getter answers differently when read again can be
+ * refused after a run left, and `PublishManyError` then says which were appended).
  */
 @Injectable()
 export class EventrailPublisher {
@@ -146,7 +159,7 @@ export class EventrailPublisher {
   ) {
     const timeoutMs = this.options.publishTimeoutMs;
     this.appends = new AppendCoalescer<Prepared, PublishResult>(
-      (p) => this.redis.scripts.append(p.partition, p.fields),
+      (p) => this.redis.scripts.append(p.partition, p.fields as string[]),
       async (batch) => (await this.append(batch, false, false)).replies,
       (write) => corkedWrite(this.redis.client, write),
       // Queued appends leave on the next tick at the latest: by the deadline, each one was written.
@@ -267,7 +280,10 @@ export class EventrailPublisher {
     options: { durability?: Durability },
   ): Promise<PublishResult[]> {
     const now = Date.now();
-    const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now));
+    // Sent as runs on one connection (the usual publishMany): each event's data is serialised as its run is
+    // built, while Redis appends the runs before it, rather than all of it before the first run leaves.
+    const unwritten = events.length > 1 && !this.redis.isCluster && this.appendManyOk === true;
+    const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now, unwritten));
     const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
     if (prepared.length === 0) return [];
     this.assertReady();
@@ -377,6 +393,8 @@ export class EventrailPublisher {
     const { replicas, timeoutMs } = this.options.replication;
     // Nothing is awaited before the commands are written, so a call made right after this one cannot overtake it.
     const scripted = prepared.length > 1 && !this.redis.isCluster && this.appendManyWorks();
+    // Only runs streamed to one connection serialise data as they go; every other way, all of it before anything is sent.
+    if (!scripted || !streamed) this.writeAll(prepared);
     // One connection: the commands sent with the socket corked leave as one write, in order (cheaper than a pipeline).
     const replies: AppendReply[] = new Array(prepared.length);
     const sent: Array<Promise<void>> = [];
@@ -400,7 +418,7 @@ export class EventrailPublisher {
     // A Cluster: one partition's events (`append` splits them), as one pipeline to its node.
     const pipeline = client.pipeline();
     // Where scripts are refused, big entries go as plain XADDs: their partition is marked as not indexed first.
-    const unindexed = this.redis.scripts.appendsUnindexed && prepared.some((p) => isBigEntry(p.fields));
+    const unindexed = this.redis.scripts.appendsUnindexed && prepared.some((p) => isBigEntry(this.fieldsOf(p)));
     if (unindexed) this.redis.scripts.queueUnindexed(pipeline, prepared[0].partition);
     const queueOne = (p: Prepared): void => {
       if (p.dedup && p.id !== undefined)
@@ -408,9 +426,9 @@ export class EventrailPublisher {
           partition: p.partition,
           id: p.id,
           windowMs: this.options.dedupWindowMs,
-          fields: p.fields,
+          fields: this.fieldsOf(p),
         });
-      else this.redis.scripts.queueAppend(pipeline, p.partition, p.fields);
+      else this.redis.scripts.queueAppend(pipeline, p.partition, this.fieldsOf(p));
     };
     // A publishMany goes as runs here too, so what lands is a prefix (see `buildRuns`); each queued command is one run.
     const runs: Run[] = [];
@@ -459,13 +477,21 @@ export class EventrailPublisher {
    */
   private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
     const { scripts } = this.redis;
-    this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, (run) => {
-      const { indexes, guard } = run;
-      if (indexes.length === 1 && !guard) sent.push(this.settleInto(replies, indexes[0], this.appendOne(prepared[indexes[0]])));
-      else if (run.deduped) sent.push(this.settleDedupRun(replies, indexes, scripts.appendManyDedup(this.runInput(run))));
-      else sent.push(this.settleRun(replies, indexes, scripts.appendMany(run)));
-      if (indexes.length > 1 || guard) sendNow?.();
-    });
+    const inRun = new Uint8Array(prepared.length);
+    try {
+      this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, (run) => {
+        const { indexes, guard } = run;
+        for (const index of indexes) inRun[index] = 1;
+        if (indexes.length === 1 && !guard) sent.push(this.settleInto(replies, indexes[0], this.appendOne(prepared[indexes[0]])));
+        else if (run.deduped) sent.push(this.settleDedupRun(replies, indexes, scripts.appendManyDedup(this.runInput(run))));
+        else sent.push(this.settleRun(replies, indexes, scripts.appendMany(run)));
+        if (indexes.length > 1 || guard) sendNow?.();
+      });
+    } catch (error) {
+      // Data that serialised differently from how it was checked (a getter that answers differently when read
+      // again): that event and every one not in a run yet are not sent. What was sent is a prefix per partition.
+      for (let i = 0; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [asError(error), null];
+    }
   }
 
   /**
@@ -516,14 +542,15 @@ export class EventrailPublisher {
       for (let j = 0; j < indexes.length; j++) {
         const index = indexes[j];
         const p = prepared[index];
+        const fields = this.fieldsOf(p);
         const dedup = p.dedup && p.id !== undefined;
         if (dedup !== deduped) flush(true);
         deduped = dedup;
         if (dedup) {
           ids.push(p.id as string);
-          events.push(p.fields.length);
-        } else if (width !== p.fields.length) width = run.length === 0 ? p.fields.length : -1;
-        for (const field of p.fields) {
+          events.push(fields.length);
+        } else if (width !== fields.length) width = run.length === 0 ? fields.length : -1;
+        for (const field of fields) {
           events.push(field);
           bytes += field.length;
         }
@@ -595,8 +622,38 @@ export class EventrailPublisher {
   private appendOne(p: Prepared): Promise<unknown> {
     const { scripts } = this.redis;
     if (p.dedup && p.id !== undefined)
-      return scripts.publishDedup({ partition: p.partition, id: p.id, windowMs: this.options.dedupWindowMs, fields: p.fields });
-    return scripts.append(p.partition, p.fields);
+      return scripts.publishDedup({ partition: p.partition, id: p.id, windowMs: this.options.dedupWindowMs, fields: this.fieldsOf(p) });
+    return scripts.append(p.partition, this.fieldsOf(p));
+  }
+
+  /**
+   * The event's XADD field arguments, its data serialised now if it waited
+   * (`Unwritten`). Its walk bounded the JSON within `maxPayloadBytes`, so only
+   * data that reads differently the second time (a getter) can be refused here.
+   */
+  private fieldsOf(p: Prepared): string[] {
+    if (p.fields !== null) return p.fields;
+    const { data, key, time, headers } = p.unwritten as Unwritten;
+    p.fields = encodeFields({ id: p.id, event: p.event, key, time, data: this.serialised(p.event, data), headers });
+    p.unwritten = undefined;
+    return p.fields;
+  }
+
+  /** Every event's fields, before anything is sent: the ways other than streamed runs. */
+  private writeAll(prepared: Prepared[]): void {
+    for (const p of prepared) this.fieldsOf(p);
+  }
+
+  /** `data` as JSON, refused when it cannot be serialised or is over `maxPayloadBytes`. */
+  private serialised(event: string, data: unknown): string {
+    const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason));
+    const max = this.options.maxPayloadBytes;
+    // A UTF-16 length of a third of the limit cannot exceed it in UTF-8: skip the byte count then.
+    if (json.length * 3 > max) {
+      const bytes = Buffer.byteLength(json, 'utf8');
+      if (bytes > max) throw new PayloadTooLargeError(event, bytes, max);
+    }
+    return json;
   }
 
   /** The event id readers derive for an entry appended without one (an unanswered append has none yet). */
@@ -617,19 +674,17 @@ export class EventrailPublisher {
     return chosen === 'replicated';
   }
 
-  private prepare(event: string, data: unknown, options: PublishOptions, now: number): Prepared {
+  /**
+   * Checks one event and encodes it. With `unwritten` (a `publishMany` sent as streamed runs), data whose
+   * walk bounds its JSON within `maxPayloadBytes` is serialised later, as its run is built (`fieldsOf`).
+   */
+  private prepare(event: string, data: unknown, options: PublishOptions, now: number, unwritten = false): Prepared {
     validateEventName(event);
     if (options === null || typeof options !== 'object') {
       throw new InvalidPublishOptionsError(event, 'options', 'must be an object');
     }
-    validateJsonData(event, data);
-    const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason));
-    const max = this.options.maxPayloadBytes;
-    // A UTF-16 length of a third of the limit cannot exceed it in UTF-8: skip the byte count then.
-    if (json.length * 3 > max) {
-      const bytes = Buffer.byteLength(json, 'utf8');
-      if (bytes > max) throw new PayloadTooLargeError(event, bytes, max);
-    }
+    const bound = jsonBytesBound(event, data);
+    const json = unwritten && bound <= this.options.maxPayloadBytes ? undefined : this.serialised(event, data);
     const { key, headers, id } = options;
     let headersJson: string | undefined;
     if (headers !== undefined) {
@@ -645,8 +700,11 @@ export class EventrailPublisher {
     }
     const partition = this.partitionOf(event, key, options.partition);
     // Without an id, the entry says only what its stream id does not: readers derive the id and time from it.
-    const fields = encodeFields({ id, event, key, time: id === undefined ? undefined : now, data: json, headers: headersJson });
-    return { event, partition, id, fields, dedup: id !== undefined && this.options.dedupWindowMs > 0 };
+    const time = id === undefined ? undefined : now;
+    const dedup = id !== undefined && this.options.dedupWindowMs > 0;
+    if (json === undefined) return { event, partition, id, fields: null, unwritten: { data, key, time, headers: headersJson }, dedup };
+    const fields = encodeFields({ id, event, key, time, data: json, headers: headersJson });
+    return { event, partition, id, fields, unwritten: undefined, dedup };
   }
 
   private partitionOf(event: string, key: string | undefined, partition: number | undefined): number {
@@ -712,7 +770,7 @@ function settleDedupReply(replies: AppendReply[], run: number[], [offsets, dupli
 function counted(prepared: Prepared[], run: number[]): PackedEvents {
   const events: PackedEvents = [];
   for (const index of run) {
-    const { fields } = prepared[index];
+    const fields = prepared[index].fields as string[];
     events.push(fields.length);
     for (const field of fields) events.push(field);
   }

@@ -74,6 +74,86 @@ describe('EventrailPublisher', () => {
     }
   });
 
+  it('publishMany serialises data as its runs leave: data whose getter answers differently when read again is refused typed, and the outcomes are exactly what the log holds', async () => {
+    /** Answers `reads` times, then throws (`throws`) or answers a value over maxPayloadBytes (1000 here). */
+    const changing = (reads: number, throws: boolean): Record<string, unknown> => {
+      let left = reads;
+      return Object.defineProperty({}, 'field', {
+        enumerable: true,
+        get: () => {
+          if (left-- > 0) return 'v';
+          if (throws) throw new Error('gone');
+          return 'x'.repeat(5_000);
+        },
+      }) as Record<string, unknown>;
+    };
+    const counts = { appended: 0, refusedUpFront: 0, refusedMidway: 0 };
+    // 300 events of one partition: three runs, the changing one first, in the middle of a run, or last.
+    for (const reads of [0, 1, 2, 3, 4]) {
+      for (const throws of [true, false]) {
+        for (const at of [0, 1, 130, 299]) {
+          const batch = Array.from({ length: 300 }, (_, n) => ({
+            event: 'many.changing',
+            data: n === at ? changing(reads, throws) : { n },
+            partition: 2,
+          }));
+          const before = await logLength();
+          const outcome = await publisher.publishMany(batch).then(
+            () => 'appended' as const,
+            (error: unknown) => error,
+          );
+          if (outcome === 'appended') {
+            counts.appended++;
+            expect(await logLength()).toBe(before + 300);
+          } else if (outcome instanceof PublishManyError) {
+            counts.refusedMidway++;
+            expect([InvalidEventDataError, PayloadTooLargeError].some((type) => outcome.cause instanceof type)).toBe(true);
+            // Every outcome known: a prefix appended (the runs sent before the refused event's), the refused
+            // event and all after it not, and the log holds exactly the prefix.
+            const appended = outcome.outcomes.indexOf('not-appended');
+            expect(appended).toBeGreaterThanOrEqual(0);
+            expect(appended).toBeLessThanOrEqual(at);
+            expect(outcome.outcomes).toEqual([...Array(appended).fill('appended'), ...Array(300 - appended).fill('not-appended')]);
+            expect(await logLength()).toBe(before + appended);
+            const last = outcome.results[appended - 1];
+            if (last) expect((await redis.xrevrange(keys.stream(2), '+', '-', 'COUNT', 1))[0][0]).toBe(last.offset);
+          } else {
+            counts.refusedUpFront++;
+            expect([InvalidEventDataError, PayloadTooLargeError].some((type) => outcome instanceof type)).toBe(true);
+            expect(await logLength()).toBe(before);
+          }
+        }
+      }
+    }
+    // Each way was taken: a getter that fails its first read is refused before anything is sent.
+    expect(counts.refusedUpFront).toBeGreaterThan(0);
+    expect(counts.refusedMidway).toBeGreaterThan(0);
+    expect(counts.appended).toBeGreaterThan(0);
+  });
+
+  it('publishMany refuses an event over maxPayloadBytes before anything is sent, wherever it is in the batch and whatever its bound', async () => {
+    // 200 'a': bound over 1000 (serialised up front, 202 bytes: fits); 999 escapes: refused up front;
+    // 400 'é' (800 bytes, 802 with quotes: fits); 600 'é' (1202 bytes: refused).
+    for (const [data, fits] of [
+      ['a'.repeat(200), true],
+      ['\u0001'.repeat(999), false],
+      ['é'.repeat(400), true],
+      ['é'.repeat(600), false],
+    ] as Array<[string, boolean]>) {
+      for (const at of [0, 150, 299]) {
+        const batch = Array.from({ length: 300 }, (_, n) => ({ event: 'many.sized', data: n === at ? data : { n }, partition: 1 }));
+        const before = await logLength();
+        if (fits) {
+          expect(await publisher.publishMany(batch)).toHaveLength(300);
+          expect(await logLength()).toBe(before + 300);
+        } else {
+          await expect(publisher.publishMany(batch)).rejects.toThrow(PayloadTooLargeError);
+          expect(await logLength()).toBe(before);
+        }
+      }
+    }
+  });
+
   it('appends one entry in the documented wire format and returns its position', async () => {
     const result = await publisher.publish(
       'order.created',
