@@ -14,7 +14,11 @@
 // batch: its rows are committed before), not over its app's start.
 //
 //   node -r @swc-node/register bench/tools/outbox-cost.ts [rounds] [variant,variant]
-import { readdirSync, readFileSync } from 'node:fs';
+//
+// With OUTBOX_PROFILE=<file>, the last round's window of the first variant is
+// CPU-profiled into <file> (bench/tools/profile-summary.ts reads it).
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import Redis from 'ioredis';
 import { Client } from 'pg';
 import { EventrailPublisher } from '../../lib';
@@ -27,7 +31,9 @@ const rounds = Number(process.argv[2] ?? 5);
 const only = process.argv[3]?.split(',');
 
 // One `publishMany` per relay batch (and per call of the others): the first one starts the window.
-const window = { batches: 0, publishMs: 0, statements: 0, node: 0, pg: 0, started: false };
+const window = { batches: 0, publishMs: 0, statements: 0, node: 0, pg: 0, started: false, profile: false };
+const profileFile = process.env.OUTBOX_PROFILE;
+const profiler = profileFile ? new Session() : undefined;
 let postmaster: string | undefined;
 
 const query = Client.prototype.query as (...args: unknown[]) => unknown;
@@ -41,6 +47,7 @@ EventrailPublisher.prototype.publishMany = function (this: EventrailPublisher, .
     window.started = true;
     window.node = nodeCpuUs();
     window.pg = postgresCpuUs();
+    if (window.profile) void profiler?.post('Profiler.start');
   }
   window.batches++;
   const started = performance.now();
@@ -115,6 +122,10 @@ async function main(): Promise<void> {
   const admin = new Redis(server.url);
   const before = postmasters();
   const pick = <T extends { id: string }>(variants: T[]): T[] => variants.filter((v) => !only || only.includes(v.id));
+  if (profiler) {
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+  }
   try {
     // Warm-up at quick size; it also starts the scenario's PostgreSQL, found here as the one new postmaster.
     for (const variant of pick(outboxRelay('quick').variants)) await variant.run({ url: server.url, admin, prefix: `warm-${variant.id}` });
@@ -125,9 +136,11 @@ async function main(): Promise<void> {
       for (const variant of round % 2 === 0 ? variants : [...variants].reverse()) {
         await admin.flushall();
         await admin.config('RESETSTAT');
-        Object.assign(window, { batches: 0, publishMs: 0, statements: 0, started: false });
+        const profiled = profiler !== undefined && round === rounds - 1 && variant === variants[0];
+        Object.assign(window, { batches: 0, publishMs: 0, statements: 0, started: false, profile: profiled });
         const redisBefore = await redisCpuUs(admin);
         const measured = await variant.run({ url: server.url, admin, prefix: `cost-${variant.id}-${round}` });
+        if (profiled) writeFileSync(profileFile as string, JSON.stringify((await (profiler as Session).post('Profiler.stop')).profile));
         const events = measured.expected;
         const row: Row = {
           rate: measured.metrics.rate,
