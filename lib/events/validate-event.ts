@@ -45,7 +45,8 @@ export function validateJsonData(event: string, value: unknown): void {
  * bound on the UTF-8 bytes of `JSON.stringify(value)` (every character
  * escaped, every number as long as a number's text gets), so a caller can
  * tell an event cannot be over a payload limit without serialising it yet.
- * Infinity when it cannot say.
+ * Infinity when it cannot say (data with a toJSON, a getter that answered
+ * differently on the second walk).
  */
 export function jsonBytesBound(event: string, value: unknown): number {
   // One array of ancestors serves every walk (a fresh one grows to room for 17 each time); a getter that
@@ -95,6 +96,9 @@ function plainJsonBound(value: unknown, ancestors: object[]): number {
       return -1;
   }
   if (value === null) return 4;
+  // JSON.stringify writes what a toJSON answers (own or inherited, enumerable or not, on an array too), not
+  // the members counted here: no bound, so the data is serialised and weighed before anything is sent.
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return -1;
   // The depth check comes first: it also bounds the cost of the cycle check below.
   if (ancestors.length >= MAX_DATA_DEPTH || ancestors.includes(value)) return -1;
   ancestors.push(value);
