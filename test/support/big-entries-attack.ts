@@ -116,12 +116,12 @@ export async function publishEveryWay(
 
 /**
  * Runs cut by bytes rather than by count: `publishMany` of 150 keyless events to one partition,
- * every other one of 60 KB (past RUN_BYTES within one run of 128), and a tick of 1100 concurrent
+ * every other one of 100 KB (past RUN_BYTES, in UTF-16 units, within one run of 128), and a tick of 1100 concurrent
  * publishes (past the 1000 events of a coalesced run), all the others near the line.
  */
 export async function publishPastRunLimits(publisher: EventrailPublisher, random: Random, partitions: number, from: number): Promise<void> {
   const cut = Array.from({ length: 150 }, (_, i) =>
-    eventNear(random, from + i, i % 2 === 0 ? 60_000 : BIG_ENTRY_BYTES - 4 + int(random, 9), partitions, false, 0),
+    eventNear(random, from + i, i % 2 === 0 ? 100_000 : BIG_ENTRY_BYTES - 4 + int(random, 9), partitions, false, 0),
   );
   await publisher.publishMany(cut.map((e) => e.input));
   const crowd = Array.from({ length: 1100 }, (_, i) =>
