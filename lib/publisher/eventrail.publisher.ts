@@ -490,7 +490,10 @@ export class EventrailPublisher {
     } catch (error) {
       // Data that serialised differently from how it was checked (a getter that answers differently when read
       // again): that event and every one not in a run yet are not sent. What was sent is a prefix per partition.
-      for (let i = 0; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [asError(error), null];
+      // Not sent: reported `not-appended` whatever the error (an unexpected one as the refusal's cause).
+      const refusal = asError(error);
+      const reported = outcomeOf(refusal) === 'not-appended' ? refusal : new AppendRefused(`not sent: ${describeError(error)}`);
+      for (let i = 0; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [reported, null];
     }
   }
 
@@ -634,7 +637,15 @@ export class EventrailPublisher {
   private fieldsOf(p: Prepared): string[] {
     if (p.fields !== null) return p.fields;
     const { data, key, time, headers } = p.unwritten as Unwritten;
-    p.fields = encodeFields({ id: p.id, event: p.event, key, time, data: this.serialised(p.event, data), headers });
+    let json: string;
+    try {
+      json = this.serialised(p.event, data);
+    } catch (error) {
+      // Whatever a getter threw here (an eventrail error of another kind included) refuses the data: typed, not sent.
+      if (error instanceof InvalidEventDataError || error instanceof PayloadTooLargeError) throw error;
+      throw new InvalidEventDataError(p.event, 'data', `cannot be serialised (${describeError(error)})`);
+    }
+    p.fields = encodeFields({ id: p.id, event: p.event, key, time, data: json, headers });
     p.unwritten = undefined;
     return p.fields;
   }
@@ -646,7 +657,9 @@ export class EventrailPublisher {
 
   /** `data` as JSON, refused when it cannot be serialised or is over `maxPayloadBytes`. */
   private serialised(event: string, data: unknown): string {
-    const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason));
+    const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason)) as string | undefined;
+    // A toJSON that answers undefined (the walk cannot see what it will answer): no JSON at all.
+    if (json === undefined) throw new InvalidEventDataError(event, 'data', 'serialises to nothing (a toJSON that answers undefined)');
     const max = this.options.maxPayloadBytes;
     // A UTF-16 length of a third of the limit cannot exceed it in UTF-8: skip the byte count then.
     if (json.length * 3 > max) {
