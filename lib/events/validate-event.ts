@@ -203,6 +203,9 @@ function checkHeaders(event: string, headers: Record<string, unknown>): void {
   const proto = Object.getPrototypeOf(headers) as object | null;
   // A Map or a class instance would be sent as {} (JSON keeps own fields only).
   if (proto !== Object.prototype && proto !== null) throw new InvalidHeadersError(event, '(all)', 'is not a plain object');
+  // JSON.stringify would write what a toJSON answers (own non-enumerable, or inherited), past every check below.
+  if (typeof headers.toJSON === 'function')
+    throw new InvalidHeadersError(event, '(all)', 'has a toJSON, which JSON would send instead of the headers');
   // Counted before any value is read, so a huge object fails at once.
   const names = Object.keys(headers);
   if (names.length > MAX_HEADERS) {

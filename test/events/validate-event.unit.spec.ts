@@ -154,6 +154,18 @@ describe('validateHeaders', () => {
     expect(() => validateHeaders('e', headers)).toThrow(message);
   });
 
+  // Was broken: a non-enumerable toJSON passed every check and JSON.stringify wrote its answer as the headers
+  // (a 100 002-byte string stored, past the 8 KiB value limit).
+  it('refuses headers with a toJSON, own and hidden or inherited, which JSON would write instead of them', () => {
+    const big = (): string => 'x'.repeat(100_000);
+    const hidden = Object.defineProperty({ a: 'b' }, 'toJSON', { value: big });
+    const inherited = Object.create(Object.create(null, { toJSON: { value: big } }) as object) as Record<string, string>;
+    for (const headers of [hidden, inherited]) {
+      expect(() => validateHeaders('e', headers)).toThrow(InvalidHeadersError);
+    }
+    expect(() => validateHeaders('e', hidden)).toThrow('has a toJSON');
+  });
+
   it('accepts headers up to every limit', () => {
     const headers = Object.fromEntries(
       Array.from({ length: MAX_HEADERS }, (_, i) => [`${i}`.padEnd(MAX_HEADER_NAME_BYTES, 'n'), 'v'.repeat(MAX_HEADER_VALUE_BYTES)]),
