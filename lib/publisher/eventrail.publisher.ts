@@ -489,8 +489,8 @@ export class EventrailPublisher {
       });
     } catch (error) {
       // Data that serialised differently from how it was checked (a getter that answers differently when read
-      // again): that event and every one not in a run yet are not sent. What was sent is a prefix per partition.
-      // Not sent: reported `not-appended` whatever the error (an unexpected one as the refusal's cause).
+      // again): that event and every one not in a run yet are not sent, and reported `not-appended` whatever the
+      // error (an unexpected one as the refusal's cause). What was sent is a prefix per partition.
       const refusal = asError(error);
       const reported = outcomeOf(refusal) === 'not-appended' ? refusal : new AppendRefused(`not sent: ${describeError(error)}`);
       for (let i = 0; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [reported, null];
