@@ -79,17 +79,7 @@ local bigs = bigOrdinals(ARGV[2])
 local offsets = {}
 local n = 0
 local function appendAll()
-  if width == 4 then
-    -- The usual run (event and data, no key): the arguments named, which costs less than unpack.
-    for i = first, last, 4 do
-      local id = call("XADD", stream, "*", ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
-      n = n + 1
-      offsets[n] = id
-      if bigs and bigs[n] then
-        indexBig(index, mark, id)
-      end
-    end
-  elseif width > 0 then
+  if width > 0 then
     for i = first, last, width do
       local id = call("XADD", stream, "*", unpack(ARGV, i, i + width - 1))
       n = n + 1
