@@ -34,6 +34,11 @@ export interface DatabaseSchedule {
     maxRetryAgeMs: number;
     retryBackoffMs: number;
     retryBackoffMaxMs: number;
+    /**
+     * The default ordering ('key') parks a message whose quick retries a restart outlasted; its
+     * tiers here are quick so that a schedule drains in seconds, and its budget is the same hour-like 60 s.
+     */
+    redelivery: { delayMs: number; factor: number; maxDelayMs: number; maxAgeMs: number };
   };
   events: DatabaseEventSpec[];
   steps: DatabaseStep[];
@@ -85,6 +90,7 @@ export function drawDatabaseSchedule(seed: number): DatabaseSchedule {
     maxRetryAgeMs: 60_000,
     retryBackoffMs: 20,
     retryBackoffMaxMs: 200,
+    redelivery: { delayMs: 100, factor: 2, maxDelayMs: 1_000, maxAgeMs: 60_000 },
   };
   const keys = rng.int(LIMITS.keys[0], LIMITS.keys[1]);
   const events: DatabaseEventSpec[] = [];

@@ -11,7 +11,7 @@ import { RawEntry, readEntry } from '../../lib/wire/codec';
 import { decodeDeadLetter } from '../../lib/wire/dead-letter.codec';
 import type { PostgresServer } from '../support/postgres';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { offsetsCoverLog } from './support/log-checks';
+import { hasParkedLines, offsetsCoverLog } from './support/log-checks';
 import { Supervisor } from './support/supervisor';
 import { checkDatabaseRun, DatabaseLogEntry, DatabaseRunRecord, DatabaseViolation } from './database-invariants';
 import {
@@ -245,12 +245,18 @@ async function createPublisherApp(url: string, prefix: string, partitions: numbe
   return NestFactory.createApplicationContext(DatabaseFuzzPublisherModule, { logger: false });
 }
 
-/** Waits until the outbox is empty and the group's offsets reach the end of every partition; returns why not, on a timeout. */
+/**
+ * Waits until the outbox is empty, the group's offsets reach the end of every
+ * partition and no line is parked (the group's default ordering is 'key': a
+ * message that failed through a PostgreSQL restart is parked and the offset
+ * moves past it); returns why not, on a timeout.
+ */
 async function drain(redis: Redis, keys: EventrailKeys, pool: Pool, supervisor: Supervisor): Promise<string | undefined> {
   try {
     await waitFor(
-      async () => (await outboxLeft(pool)) === 0 && (await offsetsCoverLog(redis, keys, DB_GROUP)),
-      'the outbox empty and the group at the end of the log',
+      async () =>
+        (await outboxLeft(pool)) === 0 && (await offsetsCoverLog(redis, keys, DB_GROUP)) && !(await hasParkedLines(redis, keys, DB_GROUP)),
+      'the outbox empty, the group at the end of the log, nothing parked',
       DRAIN_TIMEOUT_MS,
       100,
     );

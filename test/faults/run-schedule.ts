@@ -19,7 +19,7 @@ import { killQuietly } from '../support/child-processes';
 import { deletePrefix, uniquePrefix, waitFor } from '../support/helpers';
 import { chaosKeys, decodeAttempt, FuzzData } from './support/chaos-protocol';
 import type { DurableRedis } from './support/durable-redis';
-import { offsetsCoverLog } from './support/log-checks';
+import { hasParkedLines, offsetsCoverLog } from './support/log-checks';
 import { ChaosChild, Supervisor, WORKER_FILE } from './support/supervisor';
 import { PathProxy } from './support/path-proxy';
 import { Accepted, checkRun, FuzzLogEntry, PublishCall, RunRecord, Violation, Window } from './invariants';
@@ -490,15 +490,6 @@ async function drain(redis: Redis, keys: EventrailKeys, schedule: Schedule, supe
     const tails = supervisor.children.slice(-schedule.workers).map((c) => c.describe());
     return `${String(error)}\n${tails.join('\n---\n')}`;
   }
-}
-
-/** Whether any partition of `group` still holds a parked line. */
-async function hasParkedLines(redis: Redis, keys: EventrailKeys, group: string): Promise<boolean> {
-  for (let p = 0; p < keys.partitions; p++) {
-    const fields = await redis.hkeys(keys.recovery(group, p));
-    if (fields.some((field) => field.startsWith('park:'))) return true;
-  }
-  return false;
 }
 
 async function collect(

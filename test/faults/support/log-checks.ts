@@ -2,6 +2,7 @@ import type Redis from 'ioredis';
 import { readEntry } from '../../../lib/wire/codec';
 import type { EventrailKeys } from '../../../lib/redis/keys';
 import type { Handling } from './chaos-protocol';
+import { PARKED_FIELD_PREFIX } from '../../../lib/consumer/handling/parked-lines';
 
 /** One entry of the log as the stream holds it. */
 export interface LogEntry {
@@ -110,4 +111,17 @@ export async function offsetsAndEnds(
 export async function offsetsCoverLog(redis: Redis, keys: EventrailKeys, group: string): Promise<boolean> {
   const state = await offsetsAndEnds(redis, keys, group);
   return state.every(({ committed, last }) => last === null || committed === last);
+}
+
+/**
+ * Whether any partition of `group` still holds a parked line ('key' and
+ * 'unordered' ordering): the committed offset moves past a parked message, so
+ * offsets at the end of the log do not mean the group is done.
+ */
+export async function hasParkedLines(redis: Redis, keys: EventrailKeys, group: string): Promise<boolean> {
+  for (let p = 0; p < keys.partitions; p++) {
+    const fields = await redis.hkeys(keys.recovery(group, p));
+    if (fields.some((field) => field.startsWith(PARKED_FIELD_PREFIX))) return true;
+  }
+  return false;
 }
