@@ -27,7 +27,8 @@ const STATS_EVERY_MS = 200;
 
 /**
  * The handlers' own connection. One retry per command, so a handler fails fast
- * while Redis is down and the library retries it in place.
+ * while Redis is down and the library retries it (in place, or parked behind its
+ * key with the default ordering).
  */
 @Injectable()
 class Records implements OnModuleDestroy {
@@ -121,7 +122,7 @@ class KillRestartHandlers {
   /**
    * Takes 0 to 2 ms, at random, so handlers that were wrongly let run side by
    * side would record out of order. Throws while Redis is down: the library
-   * retries it in place, so the partition waits.
+   * retries it, and the key (with 'partition' ordering, the partition) waits.
    */
   @OnEvent(EVENTS.tick, GROUPS.workers)
   async tick(message: EventrailMessage<{ seq: number }>): Promise<void> {
