@@ -35,8 +35,8 @@ export interface DatabaseSchedule {
     retryBackoffMs: number;
     retryBackoffMaxMs: number;
     /**
-     * The default ordering ('key') parks a message whose quick retries a restart outlasted; its
-     * tiers here are quick so that a schedule drains in seconds, and its budget is the same hour-like 60 s.
+     * The default ordering ('key') parks a message whose quick retries a restart outlasted. Its
+     * tiers here are quick, so that a schedule drains in seconds; its budget is `maxRetryAgeMs`'s 60 s.
      */
     redelivery: { delayMs: number; factor: number; maxDelayMs: number; maxAgeMs: number };
   };
