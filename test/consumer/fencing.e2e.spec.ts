@@ -6,6 +6,8 @@ import { E2eWorld, keyedEvents, OffsetSampler } from '../support/e2e-harness';
 const LOCK_TTL_MS = 1500;
 const RENEW_EVERY_MS = LOCK_TTL_MS / 3;
 const COMMIT_REFUSED = 'lease was taken over; dropping the partition without committing';
+/** Redis lifts the write pause on its own after this long, if the test could not. */
+const WRITE_PAUSE_CAP_MS = 5000;
 
 /**
  * A worker frozen (SIGSTOP) mid-batch past its lease: another worker takes
@@ -17,7 +19,8 @@ const COMMIT_REFUSED = 'lease was taken over; dropping the partition without com
  * One partition, one key, seqs 1..20:
  * - `zombie` (batchSize 10) commits 1..10, then blocks (gate) on 20, the last of batch 11..20;
  * - it is frozen; `heir` (batchSize 2) takes over at 10, commits 12 and 14, and blocks on 15;
- * - the zombie's gate is opened and it resumes: it finishes 20 and at once tries to commit it.
+ * - the zombie's gate is opened and it resumes: it finishes 20 and at once tries to commit it
+ *   (Redis holding writes meanwhile, so that the commit is sent before its lease renewal is answered).
  */
 describe('e2e: fencing a worker that paused past its lease', () => {
   const world = new E2eWorld('e2e-fence', 1);
@@ -55,11 +58,20 @@ describe('e2e: fencing a worker that paused past its lease', () => {
     // It resumed at the zombie's commit: nothing up to 10 again.
     expect(Math.min(...heir.started().map((s) => s.seq))).toBe(11);
 
-    // Queue the gate opening before the resume, and gate the batch's last entry,
-    // so the zombie sends its stale commit before the reply to its first lease
-    // renewal (which would stop it before committing) is read.
-    zombie.send({ cmd: 'open' });
-    zombie.signal('SIGCONT');
+    // The zombie must send its stale commit before it reads the reply to its first lease
+    // renewal, due at once on resume ("lost" stops it before committing). Queueing the gate
+    // opening before the resume left that to the order in which the resumed process read its
+    // IPC channel and its socket, which a loaded host decided the wrong way about once in CI. So
+    // Redis holds writes (CLIENT PAUSE WRITE: scripts included) until the zombie has finished
+    // seq 20: the renewal and the commit behind it then both reach Redis before either is answered.
+    await world.redis.call('CLIENT', 'PAUSE', String(WRITE_PAUSE_CAP_MS), 'WRITE');
+    try {
+      zombie.send({ cmd: 'open' });
+      zombie.signal('SIGCONT');
+      await waitFor(() => zombie.handled().some((h) => h.seq === 20), 'zombie finishing seq 20', WRITE_PAUSE_CAP_MS);
+    } finally {
+      await world.redis.call('CLIENT', 'UNPAUSE');
+    }
     const refused = (): boolean => zombie.output.some((line) => line.includes(COMMIT_REFUSED));
     // Either outcome ends the wait: the refusal, or (a fencing bug) the offset moving while the heir is blocked.
     await waitFor(
