@@ -47,10 +47,11 @@ describe('e2e: failover after a worker is killed', () => {
     );
     const recoveryMs = firstTakenOver.startedAt - killedAt;
     // Not before the victim's lease could have expired (renewed about RENEW_EVERY_MS before
-    // the kill at most; 200 ms for a late timer)...
-    expect(recoveryMs).toBeGreaterThanOrEqual(LOCK_TTL_MS - RENEW_EVERY_MS - 200);
-    // ...and not much after: one TTL and a few renewal periods.
-    expect(recoveryMs).toBeLessThan(LOCK_TTL_MS + HEARTBEAT_TTL_MS + 3 * RENEW_EVERY_MS);
+    // the kill at most; 500 ms for a renewal timer late on a loaded host)...
+    expect(recoveryMs).toBeGreaterThanOrEqual(LOCK_TTL_MS - RENEW_EVERY_MS - 500);
+    // ...and not long after: one TTL, then the survivor's tick, its acquire and read connection, and
+    // its semaphore (shared with its own backlog), with room for a loaded host.
+    expect(recoveryMs).toBeLessThan(LOCK_TTL_MS + 5_000);
 
     await world.waitForHandled(published.map((p) => p.id));
     const rehandled = new Set(survivor.handled().map((h) => h.id));

@@ -7,7 +7,8 @@ const LOCK_TTL_MS = 1500;
 const RENEW_EVERY_MS = LOCK_TTL_MS / 3;
 const COMMIT_REFUSED = 'lease was taken over; dropping the partition without committing';
 /** Redis lifts the write pause on its own after this long, if the test could not. */
-const WRITE_PAUSE_CAP_MS = 5000;
+const WRITE_PAUSE_CAP_MS = 4000;
+const HEIR_LOCK_TTL_MS = 6000;
 
 /**
  * A worker frozen (SIGSTOP) mid-batch past its lease: another worker takes
@@ -41,7 +42,11 @@ describe('e2e: fencing a worker that paused past its lease', () => {
     // The zombie first, so it holds the partition; the heir waits as a standby.
     const zombie = await world.fleet.spawn(world.worker({ name: 'zombie', consumer: { ...consumer, batchSize: 10 }, gateSeqs: [20] }));
     await world.waitForSplit([zombie.workerId], [1]);
-    const heir = await world.fleet.spawn(world.worker({ name: 'heir', consumer: { ...consumer, batchSize: 2 }, gateSeqs: [15] }));
+    // The heir's lease outlasts the write pause below (its renewals wait in Redis meanwhile, while
+    // its TTL runs on); its ticks keep the heartbeat's pace, a third of 1500 ms.
+    const heir = await world.fleet.spawn(
+      world.worker({ name: 'heir', consumer: { ...consumer, lockTtlMs: HEIR_LOCK_TTL_MS, batchSize: 2 }, gateSeqs: [15] }),
+    );
 
     await waitFor(() => zombie.started().some((s) => s.seq === 20), 'zombie blocked on seq 20');
     await waitFor(() => sampler?.latest === offset(10), 'zombie committed up to seq 10');

