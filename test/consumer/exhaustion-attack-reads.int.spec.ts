@@ -76,7 +76,8 @@ async function watchReadCounts(
 }
 
 /**
- * The ids of the entries in every reply a worker's read got (the packed script's, or XREAD's), in order:
+ * The ids of the entries in every reply a worker's read got (the packed script's, XREAD's, or a plain XRANGE's
+ * between big entries), in order:
  * what Redis buffered whole for one read. The calls go through unchanged.
  */
 function recordReplies(): string[][] {
@@ -93,17 +94,32 @@ function recordReplies(): string[][] {
     replies.push((reply?.[0][1] ?? []).map(([id]) => id.toString()));
     return reply;
   });
+  const readRange = EventrailScripts.readRange.bind(EventrailScripts);
+  jest.spyOn(EventrailScripts, 'readRange').mockImplementation(async (...args) => {
+    const reply = await readRange(...args);
+    replies.push(reply.map(([id]) => id.toString()));
+    return reply;
+  });
   return replies;
 }
 
-/** The bytes of a reply's entries: their ids and field names and values, as the read script counts them. */
+/**
+ * The bytes of a reply's entries: their ids and field names and values, as the read script counts them.
+ * Read a few entries at a time: one XRANGE of the whole log would buffer all of it in Redis at once and
+ * take a Redis near its maxmemory over it, refusing the workers' commits (writes) while it drains.
+ */
 async function replyBytes(redis: Redis, stream: string, replies: string[][]): Promise<Array<{ entries: number; bytes: number }>> {
   const sizes = new Map<string, number>();
-  for (const [id, fields] of await redis.xrangeBuffer(stream, '-', '+')) {
-    sizes.set(
-      id.toString(),
-      fields.reduce((sum, field) => sum + field.length, id.length),
-    );
+  for (let after = '-'; ; ) {
+    const chunk = await redis.xrangeBuffer(stream, after, '+', 'COUNT', 4);
+    for (const [id, fields] of chunk) {
+      sizes.set(
+        id.toString(),
+        fields.reduce((sum, field) => sum + field.length, id.length),
+      );
+    }
+    if (chunk.length < 4) break;
+    after = `(${chunk[chunk.length - 1][0].toString()}`;
   }
   return replies.map((ids) => ({ entries: ids.length, bytes: ids.reduce((sum, id) => sum + sizes.get(id)!, 0) }));
 }
@@ -197,6 +213,9 @@ describe('byte-bounded reads under entries of changing size', () => {
       catching = false;
       await smalls;
     }
+    // Every commit landed: nothing the reads below do to Redis's memory can then refuse one (a refused commit
+    // drops the partition, and its next owner would hand the uncommitted entries again).
+    await app.get(EventrailConsumers).settled({ timeoutMs: 30_000 });
     const peak = (await memory(redis)).used_memory_peak;
     const brought = await replyBytes(redis, `{${prefix}:0}:log`, replies);
     const largest = Math.max(...brought.map((r) => r.bytes));
