@@ -110,7 +110,7 @@ function recordReplies(): string[][] {
  */
 async function replyBytes(redis: Redis, stream: string, replies: string[][]): Promise<Array<{ entries: number; bytes: number }>> {
   const sizes = new Map<string, number>();
-  for (let after = '-'; ; ) {
+  for (let after = '-'; ;) {
     const chunk = await redis.xrangeBuffer(stream, after, '+', 'COUNT', 4);
     for (const [id, fields] of chunk) {
       sizes.set(
