@@ -121,7 +121,13 @@ async function replyBytes(redis: Redis, stream: string, replies: string[][]): Pr
     if (chunk.length < 4) break;
     after = `(${chunk[chunk.length - 1][0].toString()}`;
   }
-  return replies.map((ids) => ({ entries: ids.length, bytes: ids.reduce((sum, id) => sum + sizes.get(id)!, 0) }));
+  // An id not in the stream (another stream's, a trimmed entry) would weigh NaN and pass every bound unseen.
+  const size = (id: string): number => {
+    const bytes = sizes.get(id);
+    if (bytes === undefined) throw new Error(`a reply brought ${id}, which is not in ${stream}`);
+    return bytes;
+  };
+  return replies.map((ids) => ({ entries: ids.length, bytes: ids.reduce((sum, id) => sum + size(id), 0) }));
 }
 
 @Injectable()
