@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { readRepliesWithRespReader } from './own-reply-reader';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { ClusterConnection, isClusterConnection, isSentinelConnection, RedisView, SentinelConnection } from './connection.options';
@@ -163,6 +164,16 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   }
 
   /** A new connection with the same options, for blocking reads; closed on shutdown. */
+  /**
+   * A connection of a partition worker's reads: as `duplicate()`, its replies read by `RespReader`
+   * (own-reply-reader.ts) where `EVENTRAIL_OWN_READER=1` (a prototype, off by default).
+   */
+  duplicateForReads(): Redis | Cluster {
+    const connection = this.duplicate();
+    if (!this.isCluster && process.env.EVENTRAIL_OWN_READER === '1') readRepliesWithRespReader(connection as Redis);
+    return connection;
+  }
+
   duplicate(): Redis | Cluster {
     // Where INFO is refused, ioredis's ready check would warn on every new connection: skip it (it was skipped anyway).
     const quiet = !this.isCluster && this.probe.refusal(this.client as unknown as Redis, 'INFO') !== undefined;

@@ -5,7 +5,20 @@
  * ioredis's legacy mapping does), integers and simple strings as strings,
  * nulls as null, and error replies as `RespError`.
  */
-export type RespValue = Buffer | string | null | RespError | RespValue[];
+export type RespValue = Buffer | string | number | null | Error | RespValue[];
+
+/**
+ * How the scalar replies come out. `plain`: simple strings, integers, doubles and big numbers as strings,
+ * booleans as '1' and '0', errors as `RespError`. `ioredis`: as ioredis's decoder gives them to its commands
+ * (its legacy mapping): simple strings and doubles as Buffers, integers and booleans as numbers, big
+ * numbers as strings, errors as what `error` makes.
+ */
+export interface RespTypes {
+  ioredis: boolean;
+  error: (message: string) => Error;
+}
+
+const PLAIN: RespTypes = { ioredis: false, error: (message) => new RespError(message) };
 
 /** An error reply (`-ERR ...`): a value, not a failure of the reader. */
 export class RespError extends Error {
@@ -59,7 +72,10 @@ export class RespReader {
   /** The CRLF after a bulk string still to skip (it may arrive in the next chunk). */
   private skip = 0;
 
-  constructor(private readonly onReply: (reply: RespValue) => void) {}
+  constructor(
+    private readonly onReply: (reply: RespValue) => void,
+    private readonly types: RespTypes = PLAIN,
+  ) {}
 
   /** Drops any reply in progress (the connection that carried it closed). */
   reset(): void {
@@ -89,7 +105,7 @@ export class RespReader {
         this.partialBulk = undefined;
         this.skip = 2;
         const bytes = Buffer.concat(bulk.parts, bulk.length).subarray(bulk.dropped);
-        this.push(bulk.error ? new RespError(bytes.toString()) : bytes);
+        this.push(bulk.error ? this.types.error(bytes.toString()) : bytes);
         continue;
       }
       let line: Buffer;
@@ -142,7 +158,7 @@ export class RespReader {
         const dropped = type === VERBATIM ? 4 : 0;
         if (pos + length + 2 <= chunk.length) {
           const bytes = chunk.subarray(pos + dropped, pos + length);
-          this.push(error ? new RespError(bytes.toString()) : bytes);
+          this.push(error ? this.types.error(bytes.toString()) : bytes);
           return pos + length + 2;
         }
         const parts = [chunk.subarray(pos)];
@@ -152,7 +168,7 @@ export class RespReader {
           this.partialBulk = undefined;
           const bytes = chunk.subarray(pos + dropped, pos + length);
           this.skip = 2 - (chunk.length - pos - length);
-          this.push(error ? new RespError(bytes.toString()) : bytes);
+          this.push(error ? this.types.error(bytes.toString()) : bytes);
         }
         return chunk.length;
       }
@@ -177,19 +193,26 @@ export class RespReader {
         return pos;
       }
       case SIMPLE:
-      case INTEGER:
       case DOUBLE:
+        // A copy: `line` may be a chunk that is then kept alive by a two-byte reply.
+        this.push(this.types.ioredis ? Buffer.from(line.subarray(from + 1, lineEnd)) : line.toString('latin1', from + 1, lineEnd));
+        return pos;
+      case INTEGER:
+        this.push(this.types.ioredis ? readInteger(line, from + 1, lineEnd) : line.toString('latin1', from + 1, lineEnd));
+        return pos;
       case BIG_NUMBER:
         this.push(line.toString('latin1', from + 1, lineEnd));
         return pos;
-      case BOOLEAN:
-        this.push(line[from + 1] === 116 /* t */ ? '1' : '0');
+      case BOOLEAN: {
+        const truth = line[from + 1] === 116; /* t */
+        this.push(this.types.ioredis ? Number(truth) : truth ? '1' : '0');
         return pos;
+      }
       case NULL:
         this.push(null);
         return pos;
       case ERROR:
-        this.push(new RespError(line.toString('utf8', from + 1, lineEnd)));
+        this.push(this.types.error(line.toString('utf8', from + 1, lineEnd)));
         return pos;
       default:
         throw new Error(`RESP: unknown type byte ${type} (${String.fromCharCode(type)})`);

@@ -17,7 +17,7 @@ export type ReadConnection = { connection: Redis | Cluster } | { refused: string
  * anyway.
  */
 export async function openReadConnection(redis: EventrailRedis, timeoutMs: number): Promise<ReadConnection> {
-  const connection = redis.duplicate();
+  const connection = redis.duplicateForReads();
   let lastError: string | undefined;
   const keep = (error: Error): void => void (lastError = error.message);
   connection.on('error', keep);

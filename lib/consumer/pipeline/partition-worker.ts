@@ -200,7 +200,7 @@ export class PartitionWorker {
   }
 
   start(onEnd: (worker: PartitionWorker) => void): void {
-    this.connection = this.params.connection ?? this.params.redis.duplicate();
+    this.connection = this.params.connection ?? this.params.redis.duplicateForReads();
     this.loop = this.run().catch((error: unknown) => {
       this.logger.error(this.record(`stopped on an unexpected error: ${describeError(error)}`, { stack: errorStack(error) }));
       this.abort();
@@ -531,7 +531,7 @@ export class PartitionWorker {
   private restartAt(offset: string): Promise<Step> {
     this.cursor = offset;
     this.connection?.disconnect();
-    this.connection = this.params.redis.duplicate();
+    this.connection = this.params.redis.duplicateForReads();
     return this.retryRead();
   }
 
