@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
-import { readRepliesWithRespReader } from './own-reply-reader';
 import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
+import { ownReplyReaderEnabled, readRepliesWithRespReader } from './own-reply-reader';
 import { ClusterConnection, isClusterConnection, isSentinelConnection, RedisView, SentinelConnection } from './connection.options';
 import { EvictionPolicyError, NodeEvictionPolicy } from '../errors/eviction-policy.error';
 import { PartitionMismatchError } from '../errors/partition-mismatch.error';
@@ -163,17 +163,18 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
     return this.client.status === 'ready';
   }
 
-  /** A new connection with the same options, for blocking reads; closed on shutdown. */
   /**
-   * A connection of a partition worker's reads: as `duplicate()`, its replies read by `RespReader`
-   * (own-reply-reader.ts) where `EVENTRAIL_OWN_READER=1` (a prototype, off by default).
+   * A connection of a partition worker's reads: as `duplicate()`, with its replies read by eventrail's own
+   * RESP reader instead of ioredis's decoder (own-reply-reader.ts; not on a Cluster, and not where
+   * `EVENTRAIL_REPLY_READER=ioredis`).
    */
   duplicateForReads(): Redis | Cluster {
     const connection = this.duplicate();
-    if (!this.isCluster && process.env.EVENTRAIL_OWN_READER === '1') readRepliesWithRespReader(connection as Redis);
+    if (!this.isCluster && ownReplyReaderEnabled()) readRepliesWithRespReader(connection as Redis);
     return connection;
   }
 
+  /** A new connection with the same options, for blocking reads; closed on shutdown. */
   duplicate(): Redis | Cluster {
     // Where INFO is refused, ioredis's ready check would warn on every new connection: skip it (it was skipped anyway).
     const quiet = !this.isCluster && this.probe.refusal(this.client as unknown as Redis, 'INFO') !== undefined;

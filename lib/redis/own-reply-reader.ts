@@ -1,10 +1,12 @@
-import type { Redis } from 'ioredis';
-import { SimpleError } from 'ioredis/built/resp/errors';
-import { RespReader } from './resp-reader';
+import { ReplyError, type Redis } from 'ioredis';
+import { RespReader, type RespValue } from './resp-reader';
 
-/** What this file uses of an ioredis connection beyond its typings. */
+/** What this file uses of an ioredis connection beyond its typings (checked on each connection, see `READER_INTERNALS`). */
 interface Internals {
   stream?: NodeJS.EventEmitter;
+  status: string;
+  options: { stringNumbers?: boolean };
+  condition?: { replyMapping?: string; subscriber?: unknown };
   commandQueue: { shift(): QueuedCommand | undefined };
   handleReconnection(error: Error, item: QueuedCommand): void;
   recoverFromFatalError(error: Error, commandError: Error, options: { offlineQueue: boolean }): void;
@@ -15,55 +17,129 @@ interface QueuedCommand {
   command: { name: string; args: unknown[]; resolve(value: unknown): void };
 }
 
+/** The methods of an ioredis connection this file calls beyond its typings. ioredis 6 has them. */
+export const READER_INTERNALS = ['handleReconnection', 'recoverFromFatalError'] as const;
+
+/**
+ * The class of ioredis's decoder's error replies (`SimpleError`, a `ReplyError`), so a caller that looks at
+ * an error's class sees the same one; `ReplyError` where that module is not found.
+ */
+const ErrorReply = ((): new (message: string) => Error => {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const errors = require('ioredis/built/resp/errors') as { SimpleError?: new (message: string) => Error };
+    if (typeof errors.SimpleError === 'function' && new errors.SimpleError('probe') instanceof ReplyError) return errors.SimpleError;
+  } catch {
+    // another ioredis layout
+  }
+  return ReplyError as new (message: string) => Error;
+})();
+
 /** What gives ioredis's data handler away among a socket's `data` listeners: it feeds its decoder. */
 const THEIRS = /decoder\.write\(/;
 
+/** The sockets whose replies `RespReader` reads (for tests and diagnostics). */
+const readByUs = new WeakSet<object>();
+
+/** `EVENTRAIL_REPLY_READER=ioredis` leaves every connection's replies to ioredis's decoder. */
+export function ownReplyReaderEnabled(): boolean {
+  return process.env.EVENTRAIL_REPLY_READER !== 'ioredis';
+}
+
+/** True when `connection`'s current socket has its replies read by `RespReader`. */
+export function readsWithRespReader(connection: Redis): boolean {
+  const stream = (connection as unknown as Internals).stream;
+  return stream !== undefined && readByUs.has(stream);
+}
+
 /**
  * Reads the replies of `connection` with `RespReader` instead of ioredis's
- * decoder, on every socket it opens: on its `connect` (emitted on the tick
- * after ioredis put its data handler on the new socket, before any reply can
- * arrive) the handler's `data` listener is replaced by one that answers the
- * command queue as the handler does for a plain connection (no subscriber,
- * no monitor): a reply resolves the command at the head of the queue, an
- * error reply goes through the connection's `handleReconnection`, bytes that
- * are not RESP through `recoverFromFatalError`. Everything else stays
- * ioredis's: connecting, the handshake's commands, TLS, Sentinel, reconnects,
- * the offline queue, timeouts. For partition workers' read connections only.
- * False (and nothing changed) when the installed ioredis lacks what it uses.
+ * decoder, on every socket it opens. ioredis's decoder is most of what a
+ * partition worker's CPU goes to (docs/performance.md, "the drain"), and it
+ * cannot be swapped per connection: ioredis keeps it in a closure of the
+ * socket's `data` listener.
+ *
+ * On the connection's `connect` (emitted on the tick after ioredis put its
+ * data handler on the new socket and wrote the handshake, so before any reply
+ * can arrive), that listener is replaced by one that answers the command
+ * queue as the handler does for a connection that does not subscribe: a reply resolves
+ * the command at the head of the queue, an error reply goes through the
+ * connection's `handleReconnection` (so `reconnectOnError` applies), bytes
+ * that are not RESP through `recoverFromFatalError` (the socket is closed and
+ * its commands fail). Replies have ioredis's types: bulk and simple strings as
+ * Buffers, integers as numbers, errors as its decoder's `ReplyError`, RESP3 maps and
+ * sets as flat arrays (ioredis's default `legacy` mapping, which its reply
+ * transformers then shape per command), push frames dropped. Everything else
+ * stays ioredis's: connecting, the handshake, TLS, Sentinel, reconnects, the
+ * offline queue, timeouts.
+ *
+ * A socket keeps ioredis's decoder when the connection asks for the `resp3`
+ * reply mapping, reads numbers as strings, subscribes or monitors (none of which a
+ * worker's read connection does), or when the data handler is not found
+ * (another ioredis): then nothing changes. For partition workers' read
+ * connections only; never for the user's own client.
  */
 export function readRepliesWithRespReader(connection: Redis): boolean {
-  const redis = connection as unknown as Internals;
-  if (typeof redis.handleReconnection !== 'function' || typeof redis.recoverFromFatalError !== 'function') return false;
+  const redis = connection as unknown as Internals & Record<string, unknown>;
+  if (READER_INTERNALS.some((name) => typeof redis[name] !== 'function')) return false;
   connection.on('connect', () => replaceDecoder(redis));
   return true;
 }
 
 function replaceDecoder(redis: Internals): void {
   const stream = redis.stream;
-  if (!stream) return;
-  const theirs = stream.listeners('data').find((listener) => THEIRS.test(String(listener)));
-  if (!theirs) return;
-  const reader = new RespReader(
-    (reply) => {
-      const item = redis.commandQueue.shift();
-      if (!item) {
-        redis.emit('error', new Error(`Command queue state error: a reply with no command waiting for it`));
-        return;
-      }
-      if (reply instanceof Error) {
-        Object.assign(reply, { command: { name: item.command.name, args: item.command.args } });
-        redis.handleReconnection(reply, item);
-      } else item.command.resolve(reply);
-    },
-    { ioredis: true, error: (message) => new (SimpleError as unknown as new (message: string) => Error)(message) },
-  );
-  stream.removeListener('data', theirs as (...args: unknown[]) => void);
+  if (!stream || readByUs.has(stream)) return;
+  if (
+    redis.condition?.replyMapping === 'resp3' ||
+    redis.condition?.subscriber ||
+    redis.options.stringNumbers ||
+    redis.status === 'monitoring'
+  )
+    return;
+  const theirs = stream.listeners('data').filter((listener) => THEIRS.test(String(listener)));
+  if (theirs.length !== 1) return;
+  const reader = new RespReader((reply) => answer(redis, reply), {
+    ioredis: true,
+    error: (message) => new ErrorReply(message),
+    // RESP3 push frames answer no command; a read connection subscribes to nothing, so there are none to deliver.
+    onPush: () => undefined,
+  });
+  stream.removeListener('data', theirs[0] as (...args: unknown[]) => void);
+  // First, as ioredis's was: the reply is read before its socket-timeout checks run.
   stream.prependListener('data', (chunk: Buffer) => {
     try {
       reader.write(chunk);
     } catch (error) {
       const fatal = error instanceof Error ? error : new Error(String(error));
+      reader.reset();
       redis.recoverFromFatalError(fatal, fatal, { offlineQueue: false });
     }
   });
+  readByUs.add(stream);
+}
+
+/** Settles the command at the head of the queue with `reply`, as ioredis's data handler does. */
+function answer(redis: Internals, reply: RespValue): void {
+  const item = redis.commandQueue.shift();
+  if (!item) {
+    redis.emit('error', new Error(`Command queue state error: a reply came with no command waiting for it (${describe(reply)})`));
+    return;
+  }
+  try {
+    if (reply instanceof Error) {
+      Object.assign(reply, { command: { name: item.command.name, args: item.command.args } });
+      redis.handleReconnection(reply, item);
+    } else item.command.resolve(reply);
+  } catch (error) {
+    // A caller's code that throws while its command settles must not stop the reading of the replies after it.
+    process.nextTick(() => {
+      throw error;
+    });
+  }
+}
+
+function describe(reply: RespValue): string {
+  if (reply instanceof Error) return `error ${reply.message}`;
+  if (Array.isArray(reply)) return `an array of ${reply.length}`;
+  return String(reply).slice(0, 80);
 }

@@ -16,6 +16,8 @@ export type RespValue = Buffer | string | number | null | Error | RespValue[];
 export interface RespTypes {
   ioredis: boolean;
   error: (message: string) => Error;
+  /** Where RESP3 push frames go (pub/sub messages, tracking invalidations); unset, they are replies like any other. */
+  onPush?: (frame: RespValue[]) => void;
 }
 
 const PLAIN: RespTypes = { ioredis: false, error: (message) => new RespError(message) };
@@ -29,6 +31,8 @@ export class RespError extends Error {
 interface Frame {
   items: RespValue[];
   length: number;
+  /** A RESP3 push frame (`>`): out-of-band data, not the reply of a command. */
+  push: boolean;
 }
 
 const CR = 13;
@@ -182,14 +186,17 @@ export class RespReader {
           return pos;
         }
         if (type === MAP) length *= 2;
-        if (length === 0) this.push([]);
-        else this.stack.push({ items: new Array<RespValue>(), length });
+        const push = type === PUSH && this.stack.length === 0 && this.types.onPush !== undefined;
+        if (length === 0) {
+          if (push) this.types.onPush?.([]);
+          else this.push([]);
+        } else this.stack.push({ items: new Array<RespValue>(), length, push });
         return pos;
       }
       case ATTRIBUTE: {
         // Attributes come before the reply they describe: read them as an array and drop it.
         const length = 2 * readInteger(line, from + 1, lineEnd);
-        if (length > 0) this.stack.push({ items: [], length: -length });
+        if (length > 0) this.stack.push({ items: [], length: -length, push: false });
         return pos;
       }
       case SIMPLE:
@@ -232,6 +239,10 @@ export class RespReader {
       this.stack.pop();
       // An attribute's array is dropped: the value after it is the reply.
       if (frame.length < 0) return;
+      if (frame.push) {
+        this.types.onPush?.(frame.items);
+        return;
+      }
       value = frame.items;
     }
   }
