@@ -72,6 +72,12 @@ export function drain(size: Size): Scenario {
         events,
         run: (ctx) => eventrail(ctx, events, 1, 1, !PACKED_DEFAULT),
       },
+      {
+        id: 'p1c1-ioredis',
+        label: "eventrail, partitions 1, concurrency 1, replies read by ioredis's decoder (`EVENTRAIL_REPLY_READER=ioredis`)",
+        events,
+        run: (ctx) => withIoredisReplies(() => eventrail(ctx, events, 1, 1)),
+      },
       { id: 'p8c8', label: 'eventrail, partitions 8, concurrency 8', events, run: (ctx) => eventrail(ctx, events, 8, 8) },
       {
         id: 'p8c8x2',
@@ -117,11 +123,30 @@ export function drain(size: Size): Scenario {
         metric: 'rate',
         atLeast: 10,
       },
+      { label: "drain p1 c1 / the same with ioredis's reply decoder", variant: 'p1c1', reference: 'p1c1-ioredis', metric: 'rate' },
+      {
+        label: "client + Redis CPU per delivered event: p1 c1 / the same with ioredis's reply decoder",
+        variant: 'p1c1',
+        reference: 'p1c1-ioredis',
+        metric: 'cpuUs',
+      },
       { label: 'drain p1 c1 / BullMQ concurrency 1', variant: 'p1c1', reference: 'bullmq1', metric: 'rate' },
       { label: 'drain p8 c8 / p1 c1', variant: 'p8c8', reference: 'p1c1', metric: 'rate' },
       { label: 'drain p8 c8, 2 processes / 1 process', variant: 'p8c8x2', reference: 'p8c8', metric: 'rate' },
     ],
   };
+}
+
+/** Runs `run` with the workers' read connections left to ioredis's reply decoder (lib/redis/own-reply-reader.ts). */
+async function withIoredisReplies<T>(run: () => Promise<T>): Promise<T> {
+  const before = process.env.EVENTRAIL_REPLY_READER;
+  process.env.EVENTRAIL_REPLY_READER = 'ioredis';
+  try {
+    return await run();
+  } finally {
+    if (before === undefined) delete process.env.EVENTRAIL_REPLY_READER;
+    else process.env.EVENTRAIL_REPLY_READER = before;
+  }
 }
 
 /** `packed`: the group's `packedBacklogReads` (the default when left out). */

@@ -116,18 +116,19 @@ export class RespReader {
       let from: number;
       let lineEnd: number;
       if (this.partialLine) {
-        const lf = chunk.indexOf(LF, pos);
+        const before = this.partialLine;
+        const lf = lineFeedAfterCr(chunk, pos, before[before.length - 1] === CR);
         if (lf < 0) {
-          this.partialLine = Buffer.concat([this.partialLine, chunk.subarray(pos)]);
+          this.partialLine = Buffer.concat([before, chunk.subarray(pos)]);
           return;
         }
-        line = Buffer.concat([this.partialLine, chunk.subarray(pos, lf + 1)]);
+        line = Buffer.concat([before, chunk.subarray(pos, lf + 1)]);
         this.partialLine = undefined;
         pos = lf + 1;
         from = 0;
         lineEnd = line.length - 2; // before CR LF
       } else {
-        const lf = chunk.indexOf(LF, pos);
+        const lf = lineFeedAfterCr(chunk, pos, false);
         if (lf < 0) {
           this.partialLine = chunk.subarray(pos);
           return;
@@ -137,7 +138,6 @@ export class RespReader {
         lineEnd = lf - 1;
         pos = lf + 1;
       }
-      if (line[lineEnd] !== CR) throw new Error(`RESP: a line that does not end in CRLF (${line.toString('latin1', from, lineEnd + 1)})`);
       pos = this.readLine(line, from, lineEnd, chunk, pos);
     }
   }
@@ -246,6 +246,17 @@ export class RespReader {
       value = frame.items;
     }
   }
+}
+
+/**
+ * The index of the first LF at or after `from` that ends a line: one right after a CR (`crBefore`: the
+ * byte before `from`, in an earlier chunk, is a CR). A lone LF is part of the line: Redis 7.4 and Valkey 8.0
+ * send a Lua error's message with its LFs in it. -1 when the line does not end in `chunk`.
+ */
+function lineFeedAfterCr(chunk: Buffer, from: number, crBefore: boolean): number {
+  let lf = chunk.indexOf(LF, from);
+  while (lf >= 0 && !(lf > from ? chunk[lf - 1] === CR : crBefore)) lf = chunk.indexOf(LF, lf + 1);
+  return lf;
 }
 
 /** The decimal integer in `bytes[from..to)`, with an optional leading minus. */

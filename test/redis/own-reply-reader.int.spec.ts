@@ -143,6 +143,9 @@ describe('own reply reader under ioredis', () => {
             break;
           case 8:
             calls.push(['eval', "return redis.error_reply('top-level failure')", 0]);
+            // Redis 7.4 and Valkey 8.0 keep a Lua error's LFs in the error line (7.0 turns them into spaces).
+            calls.push(['eval', "error('line one\\nline two')", 0]);
+            calls.push(['eval', "return redis.status_reply('status\\nwith a break')", 0]);
             break;
           case 9:
             calls.push(['hset', `h${round}`, `f${pick(5)}`, value()]);

@@ -27,10 +27,17 @@ function generate(random: () => number, depth = 0): Model {
       bulk: Buffer.from(Array.from({ length: size }, () => (random() < 0.1 ? 13 : random() < 0.1 ? 10 : Math.floor(random() * 256)))),
     };
   }
-  if (r < 0.82) return { simple: `OK${Math.floor(random() * 1000)}` };
+  if (r < 0.82) return { simple: `OK${Math.floor(random() * 1000)}${strayLineBytes(random)}` };
   if (r < 0.9) return { int: Math.floor((random() - 0.5) * 1e9) };
-  if (r < 0.95) return { error: `ERR something ${Math.floor(random() * 100)}` };
+  // Redis 7.4 and Valkey 8.0 send a Lua error's message with its LFs in it: a line ends at CR LF only.
+  if (r < 0.95) return { error: `ERR something ${strayLineBytes(random)}${Math.floor(random() * 100)}` };
   return { nil: true };
+}
+
+/** Lone LFs and CRs (never CR LF) for a line's text, or nothing. */
+function strayLineBytes(random: () => number): string {
+  if (random() < 0.5) return '';
+  return Array.from({ length: 1 + Math.floor(random() * 4) }, () => (random() < 0.5 ? 'a\nb' : random() < 0.5 ? 'c\rd' : '\n\n')).join('');
 }
 
 function encode(model: Model): Buffer {
