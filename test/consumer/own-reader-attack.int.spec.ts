@@ -14,6 +14,7 @@ import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { freePort, RedisServer, startRedisServer, waitUntilAnswers } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
+import { expectEveryEventInKeyOrder, offsetsAtEnd } from '../support/drain-checks';
 
 /**
  * Attacks on the partition workers' own reply reader (own-reply-reader.ts, commit 265dc8b): a worker's
@@ -117,34 +118,6 @@ async function produce(
   return produced;
 }
 
-/** Every group handled every produced event, in order per key (a repeat may replay, never skip ahead). */
-function judge(produced: Produced[]): void {
-  for (const group of GROUPS) {
-    const mine = handlings.filter((h) => h.group === group);
-    const seen = new Map<string, Set<number>>();
-    const violations: string[] = [];
-    for (const h of mine) {
-      const done = seen.get(h.key) ?? new Set<number>();
-      seen.set(h.key, done);
-      if (!done.has(h.n))
-        for (let m = 1; m < h.n; m++) if (!done.has(m)) violations.push(`${group} ${JSON.stringify(h.key)} #${h.n} before #${m}`);
-      done.add(h.n);
-    }
-    expect(violations.slice(0, 5)).toEqual([]);
-    const missing = produced.filter((p) => !seen.get(p.key)?.has(p.n)).map((p) => `${JSON.stringify(p.key)} #${p.n}`);
-    expect({ group, missing }).toEqual({ group, missing: [] });
-  }
-}
-
-/** Each group's committed offset of each partition is the partition's last entry. */
-async function offsetsAtEnd(redis: Redis, keys: EventrailKeys, partitions: number): Promise<boolean> {
-  for (let p = 0; p < partitions; p++) {
-    const last = (await redis.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1))[0]?.[0];
-    for (const group of GROUPS) if ((await redis.get(keys.offset(group, p))) !== (last ?? null)) return false;
-  }
-  return true;
-}
-
 interface Drain {
   /** Bytes the own reader read (spy on `RespReader.prototype.write`). */
   readBytes: number;
@@ -228,14 +201,14 @@ async function drain(
     draining = true;
     await app.get(EventrailConsumers).start();
     await waitFor(
-      () => offsetsAtEnd(redis, keys, options.partitions),
+      () => offsetsAtEnd(redis, keys, GROUPS, options.partitions),
       () => `committed offsets at each partition's end (${handlings.length} handlings, ${state.midReplyFaults} faults)`,
       50_000,
       100,
     );
     draining = false;
     expect(state.faultErrors).toEqual([]);
-    judge(produced);
+    expectEveryEventInKeyOrder(GROUPS, produced, handlings);
     return state;
   } finally {
     draining = false;

@@ -11,6 +11,7 @@ import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
+import { expectEveryEventInKeyOrder, offsetsAtEnd } from '../support/drain-checks';
 
 /**
  * The partition workers' own reply reader (own-reply-reader.ts) over a consumer's lifecycle: the
@@ -84,31 +85,6 @@ async function produce(
   return produced;
 }
 
-function judge(produced: Produced[]): void {
-  for (const group of GROUPS) {
-    const seen = new Map<string, Set<number>>();
-    const violations: string[] = [];
-    for (const h of handlings.filter((x) => x.group === group)) {
-      const done = seen.get(h.key) ?? new Set<number>();
-      seen.set(h.key, done);
-      if (!done.has(h.n))
-        for (let m = 1; m < h.n; m++) if (!done.has(m)) violations.push(`${group} ${JSON.stringify(h.key)} #${h.n} before #${m}`);
-      done.add(h.n);
-    }
-    expect(violations.slice(0, 5)).toEqual([]);
-    const missing = produced.filter((p) => !seen.get(p.key)?.has(p.n)).map((p) => `${JSON.stringify(p.key)} #${p.n}`);
-    expect({ group, missing }).toEqual({ group, missing: [] });
-  }
-}
-
-async function offsetsAtEnd(redis: Redis, keys: EventrailKeys, partitions: number): Promise<boolean> {
-  for (let p = 0; p < partitions; p++) {
-    const last = (await redis.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1))[0]?.[0];
-    for (const group of GROUPS) if ((await redis.get(keys.offset(group, p))) !== (last ?? null)) return false;
-  }
-  return true;
-}
-
 /** Records each read connection the workers open, and whether `RespReader` reads it at each `ready`. */
 function watchReadConnections(): { connections: Redis[]; readies: boolean[] } {
   const seen = { connections: [] as Redis[], readies: [] as boolean[] };
@@ -175,12 +151,12 @@ describe('an ACL user with only eventrail’s rules: the read connections’ AUT
       try {
         await app.get(EventrailConsumers).start();
         await waitFor(
-          () => offsetsAtEnd(root, keys, partitions),
+          () => offsetsAtEnd(root, keys, GROUPS, partitions),
           () => `offsets at the end (${handlings.length} handlings)`,
           40_000,
           100,
         );
-        judge(produced);
+        expectEveryEventInKeyOrder(GROUPS, produced, handlings);
         expect(seen.readies.length).toBeGreaterThan(0);
         expect(seen.readies.filter((own) => !own)).toEqual([]);
         expect(readBytes).toBeGreaterThan(2 * MIB);
@@ -249,7 +225,7 @@ describe('an app closed while a big read is half received, then a new app on the
     const byFirst = handlings.length;
     expect(byFirst).toBeGreaterThanOrEqual(cutAt);
     // Closed with work left: the test proves something only if the second app has some to do.
-    expect(await offsetsAtEnd(redis, keys, partitions)).toBe(false);
+    expect(await offsetsAtEnd(redis, keys, GROUPS, partitions)).toBe(false);
     expect(seen.connections.every((c) => c.status === 'end')).toBe(true);
 
     generation = 2;
@@ -257,12 +233,12 @@ describe('an app closed while a big read is half received, then a new app on the
     try {
       await second.get(EventrailConsumers).start();
       await waitFor(
-        () => offsetsAtEnd(redis, keys, partitions),
+        () => offsetsAtEnd(redis, keys, GROUPS, partitions),
         () => `offsets at the end (${handlings.length} handlings)`,
         40_000,
         100,
       );
-      judge(produced);
+      expectEveryEventInKeyOrder(GROUPS, produced, handlings);
       // The first app handled nothing after its close resolved.
       expect(handlings.filter((h) => h.generation === 1).length).toBe(byFirst);
       expect(handlings.some((h) => h.generation === 2)).toBe(true);
@@ -378,12 +354,12 @@ describe.each(['own', 'ioredis'] as const)('commandTimeout on a read connection 
       started = true;
       await app.get(EventrailConsumers).start();
       await waitFor(
-        () => offsetsAtEnd(admin, keys, partitions),
+        () => offsetsAtEnd(admin, keys, GROUPS, partitions),
         () => `offsets at the end (${handlings.length} handlings, ${pauses} pauses)`,
         50_000,
         100,
       );
-      judge(produced);
+      expectEveryEventInKeyOrder(GROUPS, produced, handlings);
       expect(pauses).toBeGreaterThanOrEqual(1);
       expect(seen.readies.every((own) => own === (reader === 'own'))).toBe(true);
     } finally {
@@ -464,12 +440,12 @@ describe.each(['own', 'ioredis'] as const)(
         );
         await rotated;
         await waitFor(
-          () => offsetsAtEnd(root, keys, partitions),
+          () => offsetsAtEnd(root, keys, GROUPS, partitions),
           () => `offsets at the end (${handlings.length} handlings)`,
           45_000,
           100,
         );
-        judge(produced);
+        expectEveryEventInKeyOrder(GROUPS, produced, handlings);
         // Read connections reconnected (more readies than connections) and read as before.
         expect(seen.readies.length).toBeGreaterThan(seen.connections.length);
         expect(seen.readies.every((own) => own === (reader === 'own'))).toBe(true);
@@ -526,12 +502,12 @@ describe('a read connection on db 5 (SELECT in the handshake), killed in the mid
       started = true;
       await app.get(EventrailConsumers).start();
       await waitFor(
-        () => offsetsAtEnd(root, keys, partitions),
+        () => offsetsAtEnd(root, keys, GROUPS, partitions),
         () => `offsets at the end (${handlings.length} handlings, ${kills} kills)`,
         45_000,
         100,
       );
-      judge(produced);
+      expectEveryEventInKeyOrder(GROUPS, produced, handlings);
       expect(kills).toBeGreaterThanOrEqual(2);
       expect(seen.readies.length).toBeGreaterThan(seen.connections.length);
       expect(seen.readies.every(Boolean)).toBe(true);

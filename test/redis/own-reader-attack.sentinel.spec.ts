@@ -10,6 +10,7 @@ import { createApp } from '../support/app';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { seededRandom } from '../support/seeded-random';
 import { SentinelSetup, startSentinelSetup } from '../support/sentinel';
+import { expectEveryEventInKeyOrder, offsetsAtEnd } from '../support/drain-checks';
 
 /**
  * The partition workers' own reply reader (own-reply-reader.ts) behind Sentinel: a failover in the
@@ -80,31 +81,6 @@ async function produce(
     produced.push({ key, n, partition });
   }
   return produced;
-}
-
-function judge(produced: Produced[]): void {
-  for (const group of GROUPS) {
-    const seen = new Map<string, Set<number>>();
-    const violations: string[] = [];
-    for (const h of handlings.filter((x) => x.group === group)) {
-      const done = seen.get(h.key) ?? new Set<number>();
-      seen.set(h.key, done);
-      if (!done.has(h.n))
-        for (let m = 1; m < h.n; m++) if (!done.has(m)) violations.push(`${group} ${JSON.stringify(h.key)} #${h.n} before #${m}`);
-      done.add(h.n);
-    }
-    expect(violations.slice(0, 5)).toEqual([]);
-    const missing = produced.filter((p) => !seen.get(p.key)?.has(p.n)).map((p) => `${JSON.stringify(p.key)} #${p.n}`);
-    expect({ group, missing }).toEqual({ group, missing: [] });
-  }
-}
-
-async function offsetsAtEnd(redis: Redis, keys: EventrailKeys, partitions: number): Promise<boolean> {
-  for (let p = 0; p < partitions; p++) {
-    const last = (await redis.xrevrange(keys.stream(p), '+', '-', 'COUNT', 1))[0]?.[0];
-    for (const group of GROUPS) if ((await redis.get(keys.offset(group, p))) !== (last ?? null)) return false;
-  }
-  return true;
 }
 
 interface ReadyOn {
@@ -252,7 +228,7 @@ describe.each([
       await waitFor(
         async () => {
           lastState.text = await state();
-          return offsetsAtEnd(redis, keys, partitions).catch(() => false);
+          return offsetsAtEnd(redis, keys, GROUPS, partitions).catch(() => false);
         },
         () =>
           `offsets at each partition's end on ${promoted} (${handlings.length} handlings, ${lastState.text}, ` +
@@ -260,7 +236,7 @@ describe.each([
         40_000,
         100,
       );
-      judge([...before, ...after]);
+      expectEveryEventInKeyOrder(GROUPS, [...before, ...after], handlings);
 
       if (reader === 'ioredis') {
         expect(readies.filter((r) => r.own)).toEqual([]);

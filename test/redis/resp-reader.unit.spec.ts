@@ -1,16 +1,5 @@
 import { RespError, RespReader, RespValue } from '../../lib/redis/resp-reader';
-
-/** A deterministic generator, so a failing case can be named by its seed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom as seeded } from '../support/seeded-random';
 
 type Model = { bulk: Buffer } | { simple: string } | { int: number } | { error: string } | { nil: true } | { array: Model[] };
 
