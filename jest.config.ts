@@ -38,7 +38,8 @@ const config: Config = {
     '^nestjs-eventrail/(health|prometheus|testing|microservices|outbox)$': '<rootDir>/lib/$1',
   },
   // Library logs off unless EVENTRAIL_TEST_LOGS=1.
-  setupFiles: ['<rootDir>/test/support/quiet-logs.ts'],
+  // closed-connection-trace: diagnosis only (which commands a closing connection failed, and who closed it).
+  setupFiles: ['<rootDir>/test/support/quiet-logs.ts', '<rootDir>/test/support/closed-connection-trace.ts'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 60_000,

@@ -567,18 +567,22 @@ export class GroupConsumer {
 
   private onWorkerEnd(worker: PartitionWorker): void {
     // Wait for its stop to finish (commit, release) before the slot counts as free.
-    void worker.stopGracefully(this.options.shutdownTimeoutMs).finally(() => {
-      if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
-      if (worker.parkedLines && this.parked.get(worker.partition) === worker.parkedLines) this.parked.delete(worker.partition);
-      if (!worker.wasLost) {
-        this.metrics.emit('onLeaseReleased', this.name, worker.partition);
-        return;
-      }
-      this.metrics.emit('onLeaseLost', this.name, worker.partition);
-      // Its revoked lease cleared: the other members may take the partition now rather than at their next tick.
-      if (worker.clearedRevokedLease) void this.announce(this.name);
-      if (this.running) void this.rebalancer.run().catch(() => undefined);
-    });
+    // A stop settles; .catch only so that nothing here could ever be an unhandled rejection (a process-ending one by default).
+    void worker
+      .stopGracefully(this.options.shutdownTimeoutMs)
+      .catch(() => undefined)
+      .then(() => {
+        if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);
+        if (worker.parkedLines && this.parked.get(worker.partition) === worker.parkedLines) this.parked.delete(worker.partition);
+        if (!worker.wasLost) {
+          this.metrics.emit('onLeaseReleased', this.name, worker.partition);
+          return;
+        }
+        this.metrics.emit('onLeaseLost', this.name, worker.partition);
+        // Its revoked lease cleared: the other members may take the partition now rather than at their next tick.
+        if (worker.clearedRevokedLease) void this.announce(this.name);
+        if (this.running) void this.rebalancer.run().catch(() => undefined);
+      });
   }
 
   private activeWorkers(): PartitionWorker[] {

@@ -349,6 +349,7 @@ export class PartitionWorker {
     const deadline = performance.now() + waitMs;
     let all = entries;
     while (all.length < size) {
+      if (this.draining) return null;
       const left = Math.ceil(deadline - performance.now());
       if (left <= 0) break;
       let more: Entry[];
@@ -570,7 +571,11 @@ export class PartitionWorker {
    * after 100 000 one-entry batches).
    */
   private untilDrained(read: Promise<Entry[]>): Promise<Entry[]> {
-    if (this.draining) return Promise.resolve([]);
+    if (this.draining) {
+      // Sent on a connection the drain closed: it fails with "Connection is closed.", which nobody awaits.
+      read.catch(() => undefined);
+      return Promise.resolve([]);
+    }
     return new Promise<Entry[]>((resolve, reject) => {
       this.wake = resolve;
       read.then(resolve, reject);
