@@ -99,7 +99,7 @@ export const CLUSTER_OPTION_NAMES = optionNames<ClusterConnection['cluster']>()(
 /** What `redis.sentinel` needs on top of ioredis's connection options. */
 export const SENTINEL_REQUIRED_OPTION_NAMES = ['sentinels', 'name'] as const satisfies ReadonlyArray<keyof RedisOptions>;
 /**
- * Every ioredis 6 connection option, for `redis.sentinel`, where a misspelt option (`sentinelPasword`)
+ * Every ioredis 6.1 connection option, for `redis.sentinel`, where a misspelt option (`sentinelPasword`)
  * would otherwise be ignored. An ioredis upgrade that adds one fails the build until it is listed.
  */
 export const REDIS_OPTION_NAMES = optionNames<RedisOptions>()([
@@ -112,6 +112,7 @@ export const REDIS_OPTION_NAMES = optionNames<RedisOptions>()([
   ...(['connectionName', 'disableClientInfo', 'clientInfoTag', 'readOnly', 'stringNumbers', 'protocol'] as const),
   ...(['replyMapping', 'monitor', 'maxLoadingRetryTime', 'enableAutoPipelining', 'autoPipeliningIgnoredCommands'] as const),
   ...(['offlineQueue', 'commandQueue', 'enableOfflineQueue', 'enableReadyCheck', 'lazyConnect', 'scripts'] as const),
+  ...(['maintNotifications', 'maintEndpointType', 'maintRelaxedCommandTimeout', 'maintRelaxedSocketTimeout'] as const),
   ...([
     'autoResubscribe',
     'autoResendUnfulfilledCommands',
