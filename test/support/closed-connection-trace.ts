@@ -41,7 +41,7 @@ prototype.flushQueue = function traced(this: Flushing, error: Error, options?: u
     ...(this.offlineQueue?.toArray?.() ?? []).map(name('unsent')),
     ...(this.commandQueue?.toArray?.() ?? []).map(name('unanswered')),
   ];
-  if (failed.length > 0 && error instanceof Error && typeof error.stack === 'string') {
+  if (failed.length > 0 && error instanceof Error && error.message === 'Connection is closed.' && typeof error.stack === 'string') {
     error.stack +=
       `\n    [closed-connection-trace] port ${this.options.port} db ${this.options.db ?? 0}, status ${this.status}; failed: ${failed.join(', ')}` +
       `\n    [closed-connection-trace] closed by ${this.closedBy ?? 'the server or a retry limit'}`;

@@ -59,9 +59,9 @@ export class RebalanceSignal {
    * SUBSCRIBE with that reply, 6.1 fails it with "Reached the max retries per
    * request limit" after a `write EPIPE`, so the count is asked as for a read
    * connection (`explainRefusal`: one INFO, on this failure only, and only
-   * while the main connection is ready). A reply of
-   * Redis to the SUBSCRIBE itself (an ACL refusing it) and a subscription
-   * closed by `close()` are kept as they are.
+   * while the main connection is ready). A reply of Redis to the SUBSCRIBE
+   * itself (an ACL refusing it) and a subscription closed by `close()` are
+   * kept as they are.
    */
   private async explained(error: unknown, connectionError: Error | undefined): Promise<unknown> {
     if (!(error instanceof Error) || error.name === 'ReplyError' || error.message === ABANDONED) return error;
