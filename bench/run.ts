@@ -25,6 +25,8 @@ import { BenchRedis, externalRedis, startRedisServer } from './support/redis-ser
 import { info } from './support/redis-tools';
 import { Measurement, Scenario, Size, Target, Variant } from './support/scenario';
 import { summarize } from './support/stats';
+import { BenchChild } from './support/children';
+import type { VariantRunnerConfig } from './processes/variant-runner';
 
 interface Args {
   size: Size;
@@ -175,7 +177,13 @@ async function runPass(redis: BenchRedis, args: Args, label: string, judged: boo
       for (const s of [scenario, warmup]) {
         if (s && args.variants) s.variants = s.variants.filter((v) => args.variants?.includes(v.id));
       }
-      const result = await runScenario(scenario, warmup, args.size === 'quick' || !judged, redis, admin);
+      const children = scenario.isolated ? isolate(scenario, warmup, args.size, redis.url) : [];
+      let result: ScenarioResult;
+      try {
+        result = await runScenario(scenario, warmup, args.size === 'quick' || !judged, redis, admin);
+      } finally {
+        await Promise.all(children.map((child) => child.stop()));
+      }
       console.log(scenarioText(result));
       scenarios.push(result);
     }
@@ -183,6 +191,39 @@ async function runPass(redis: BenchRedis, args: Args, label: string, judged: boo
   } finally {
     admin.disconnect();
   }
+}
+
+/**
+ * Runs each variant of `scenario` (and of its warm-up) in a process of its own, one per variant for the
+ * whole scenario (`Scenario.isolated`); returns the processes, to stop when the scenario is done.
+ */
+function isolate(scenario: Scenario, warmup: Scenario | undefined, size: Size, url: string): BenchChild[] {
+  const children = new Map<string, { child: BenchChild; ready: Promise<unknown> }>();
+  const childOf = (id: string): { child: BenchChild; ready: Promise<unknown> } => {
+    let found = children.get(id);
+    if (!found) {
+      const config: VariantRunnerConfig = { url, scenario: scenario.id, variant: id };
+      const child = new BenchChild('variant-runner', config);
+      found = { child, ready: child.next('ready', 120_000) };
+      found.ready.catch(() => undefined); // awaited by each run
+      children.set(id, found);
+    }
+    return found;
+  };
+  for (const [s, sizeOf] of [
+    [scenario, size],
+    [warmup, 'quick'],
+  ] as const) {
+    for (const variant of s?.variants ?? []) {
+      const { child, ready } = childOf(variant.id);
+      variant.run = async ({ prefix }) => {
+        await ready;
+        child.send({ type: 'run', prefix, size: sizeOf });
+        return (await child.next('measured', 600_000)).measurement;
+      };
+    }
+  }
+  return [...children.values()].map(({ child }) => child);
 }
 
 /**

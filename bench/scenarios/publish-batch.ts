@@ -25,6 +25,7 @@ export function publishBatch(size: Size): Scenario {
     rounds: size === 'quick' ? 1 : 7,
     warmup: true,
     sharedCore: true,
+    isolated: true,
     variants: [
       { id: 'eventrail', label: 'eventrail `publishMany`', events, run: (ctx) => eventrail(ctx, events) },
       { id: 'lua', label: `raw Lua multi-XADD, runs of ${RUN}`, events, run: (ctx) => rawLua(ctx, events) },

@@ -30,6 +30,7 @@ export function publishCallers(size: Size): Scenario {
     rounds: size === 'quick' ? 1 : 7,
     warmup: true,
     sharedCore: true,
+    isolated: true,
     variants: [
       { id: 'eventrail', label: 'eventrail `publish`', events, run: (ctx) => eventrail(ctx, events, false) },
       { id: 'corked', label: 'raw `XADD`, socket corked per tick', events, run: (ctx) => corked(ctx, events) },

@@ -1,6 +1,7 @@
 import { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { spawnTypeScript } from '../../test/support/child-processes';
+import type { Measurement, Size } from './scenario';
 
 /** What a benchmark child process tells its parent. */
 export type ChildReport =
@@ -10,6 +11,7 @@ export type ChildReport =
   | { type: 'latency'; count: number; p50: number; p99: number; max: number; cpuMs?: number }
   | { type: 'window-open' }
   | { type: 'window-closed'; cpuMicros: number; elapsedMs: number }
+  | { type: 'measured'; measurement: Measurement }
   | { type: 'failed'; message: string };
 
 /**
@@ -17,7 +19,12 @@ export type ChildReport =
  * also ask a producer to `send` a number of events at its rate, and a
  * consumer to report `progress` once it has `handled` that many in all.
  */
-export type ChildCommand = { type: 'start' } | { type: 'stop' } | { type: 'send'; events: number } | { type: 'await'; handled: number };
+export type ChildCommand =
+  | { type: 'start' }
+  | { type: 'stop' }
+  | { type: 'send'; events: number }
+  | { type: 'await'; handled: number }
+  | { type: 'run'; prefix: string; size: Size };
 
 /** What a child does on each command it knows: the ones it leaves out are reported as failures. */
 export type CommandHandlers = { [K in ChildCommand['type']]?: (command: Extract<ChildCommand, { type: K }>) => Promise<void> };

@@ -68,6 +68,11 @@ export interface Scenario {
   targets: Target[];
   /** Also run in the pass where Redis and the bench share one core (the core scenarios only: it doubles their time). */
   sharedCore?: boolean;
+  /**
+   * Run each variant in a process of its own for the whole scenario (bench/processes/variant-runner.ts),
+   * its warm-up included: variants whose hot paths share code (ioredis's) must not shape each other's JIT.
+   */
+  isolated?: boolean;
 }
 
 export type ScenarioFactory = (size: Size) => Scenario;

@@ -1,6 +1,6 @@
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { EventrailKeys } from './keys';
-import { leanCommandsSupported, sendLean, sendLeanScript } from './lean-command';
+import { leanCommandsSupported, sendLean, sendLeanScript, sendLeanTransaction, type TransactionOutcome } from './lean-command';
 import { type EventrailClient, type EventrailPipeline, leanScript, type ReadBacklogReply, registerScripts } from './scripts';
 import type { XReadBufferReply } from './stream-read';
 import { bigOrdinals, isBigEntry } from './big-entries';
@@ -327,6 +327,23 @@ export class EventrailScripts {
   /** `publishDedup` queued on `pipeline` (one made with `client.pipeline()`). */
   queuePublishDedup(pipeline: ChainableCommander, input: PublishDedupInput): void {
     (pipeline as EventrailPipeline).eventrailPublishDedup(...this.publishDedupArgs(input));
+  }
+
+  /**
+   * Appends events as one transaction of plain XADDs (MULTI ... EXEC, see
+   * `sendLeanTransaction` in lean-command.ts): all of them or none, each
+   * costing Redis what an XADD does. Answers each event's offset or error, in
+   * order. Undefined, with nothing sent, where a transaction cannot be written
+   * now (a Cluster, an ioredis without the internals, a connection that is
+   * not ready, a `keyPrefix` or `reconnectOnError` on the client): send runs
+   * then. Not for big entries, whose offsets must be indexed as they land.
+   */
+  appendTransaction(events: ReadonlyArray<{ partition: number; fields: readonly string[] }>): Promise<TransactionOutcome> | undefined {
+    if (!this.lean) return undefined;
+    const { keys } = this;
+    const appends = new Array<{ key: string; fields: readonly string[] }>(events.length);
+    for (let i = 0; i < events.length; i++) appends[i] = { key: keys.stream(events[i].partition), fields: events[i].fields };
+    return sendLeanTransaction(this.client, appends);
   }
 
   /**

@@ -75,6 +75,19 @@ export class PathProxy {
     }
   }
 
+  /**
+   * Closes every connection, both ends, and forwards again: what was held
+   * (sent during a cut) never arrives, as on a link that died with it in
+   * flight. New connections go through.
+   */
+  drop(): void {
+    this.cut = false;
+    for (const pair of [...this.pairs]) {
+      pair.held.length = 0;
+      this.end(pair);
+    }
+  }
+
   async close(): Promise<void> {
     for (const pair of this.pairs) this.end(pair);
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
