@@ -98,6 +98,8 @@ const RUN_BYTES = 4 * 1024 * 1024;
  * this many queued commands of one call, nor runs them in one step.
  */
 const TRANSACTION_EVENTS = 1000;
+/** Thrown while a transaction is built: it cannot go as one (a big entry, over `RUN_BYTES`), runs go instead. */
+const SEND_AS_RUNS = Symbol('send as runs');
 const MAX_KEY_LENGTH = 1024;
 /**
  * How long the run guard of a `publishMany` may outlive it (ms): it is
@@ -411,7 +413,7 @@ export class EventrailPublisher {
     const sent: Array<Promise<void>> = [];
     let waited: Promise<unknown> | undefined;
     const corked = corkedWrite(client, (sendNow) => {
-      if (transaction && this.sendTransaction(prepared, replies, sent)) {
+      if (transaction && this.sendTransaction(prepared, replies, sent, sendNow)) {
         // sent as one transaction
       } else if (scripted) this.sendRuns(prepared, replies, sent, streamed ? sendNow : undefined);
       else for (let i = 0; i < prepared.length; i++) sent.push(this.settleInto(replies, i, this.appendOne(prepared[i])));
@@ -485,35 +487,46 @@ export class EventrailPublisher {
    * of plain XADDs (`appendTransaction`): Redis appends all of them or, when it
    * refuses one as it queues them (over `maxmemory`, a read-only replica),
    * none; each costs it what an XADD does, where the appendMany script costs
-   * about 1.4 times as much. Every event's data is serialised before anything
-   * leaves, so data refused then (a getter that answers differently when read
-   * again) refuses the whole call with nothing sent. False, with nothing sent,
-   * when the call cannot go this way: a big entry among the events (its offset
-   * is indexed as it lands, which runs do), fields over `RUN_BYTES`, or a
-   * connection a transaction cannot be written to now; the caller sends runs.
+   * about 1.4 times as much. Where a transaction went on this connection
+   * before, it is written in parts of `STREAMED_RUN_EVENTS` as its data is
+   * serialised, so Redis queues each part while the next is built; data
+   * refused then (a getter that answers differently when read again) ends it
+   * with DISCARD: nothing appended, every event `not-appended`. False, with
+   * nothing appended, when the call cannot go this way: a big entry among the
+   * events (its offset is indexed as it lands, which runs do), fields over
+   * `RUN_BYTES`, or a connection a transaction cannot be written to now; the
+   * caller sends runs (behind the DISCARD of what was written, if anything).
    */
-  private sendTransaction(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>): boolean {
-    const events = new Array<{ partition: number; fields: string[] }>(prepared.length);
+  private sendTransaction(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow: () => void): boolean {
+    const transaction = this.redis.scripts.beginTransaction();
+    if (!transaction) return false;
     let bytes = 0;
     try {
       for (let i = 0; i < prepared.length; i++) {
         const fields = this.fieldsOf(prepared[i]);
-        if (isBigEntry(fields)) return false;
+        if (isBigEntry(fields)) throw SEND_AS_RUNS;
         for (let f = 0; f < fields.length; f++) bytes += fields[f].length;
-        if (bytes > RUN_BYTES) return false;
-        events[i] = { partition: prepared[i].partition, fields };
+        if (bytes > RUN_BYTES) throw SEND_AS_RUNS;
+        transaction.add(prepared[i].partition, fields);
+        // Where a transaction went on this connection before: written in parts as it is built, so Redis
+        // queues each while the next is serialised (the first one is built whole: see `streamable`).
+        if (transaction.streamable && (i + 1) % STREAMED_RUN_EVENTS === 0 && i + 1 < prepared.length) {
+          transaction.flush();
+          sendNow();
+        }
       }
     } catch (error) {
-      // Nothing was sent: every event is reported `not-appended` (an unexpected error as the refusal's cause).
+      // Nothing of it is appended: DISCARD ends what was written of it (runs follow it on the connection).
+      if (transaction.started) transaction.discard();
+      if (error === SEND_AS_RUNS) return false;
+      // Every event is reported `not-appended` (an unexpected error as the refusal's cause).
       const refusal = asError(error);
       const reported = outcomeOf(refusal) === 'not-appended' ? refusal : new AppendRefused(`not sent: ${describeError(error)}`);
       for (let i = 0; i < prepared.length; i++) replies[i] = [reported, null];
       return true;
     }
-    const outcome = this.redis.scripts.appendTransaction(events);
-    if (!outcome) return false;
     sent.push(
-      outcome.then(
+      transaction.commit().then(
         (answers) => {
           for (let i = 0; i < prepared.length; i++) {
             const answer = answers[i];

@@ -1,6 +1,13 @@
 import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 import type { EventrailKeys } from './keys';
-import { leanCommandsSupported, sendLean, sendLeanScript, sendLeanTransaction, type TransactionOutcome } from './lean-command';
+import {
+  leanCommandsSupported,
+  LeanTransaction,
+  sendLean,
+  sendLeanScript,
+  sendLeanTransaction,
+  type TransactionOutcome,
+} from './lean-command';
 import { type EventrailClient, type EventrailPipeline, leanScript, type ReadBacklogReply, registerScripts } from './scripts';
 import type { XReadBufferReply } from './stream-read';
 import { bigOrdinals, isBigEntry } from './big-entries';
@@ -18,6 +25,18 @@ import { isRefusal } from './server-probe';
  * relies on ioredis internals; where they are missing, the same calls go as
  * ioredis's own commands (`defineCommand`), which answer the same.
  */
+/** A transaction of appends (`EventrailScripts.beginTransaction`). */
+export interface AppendTransaction {
+  /** Redis answered a MULTI on this connection before: it may be flushed while it is built, and discarded. */
+  readonly streamable: boolean;
+  /** Something of it was written: only `commit` or `discard` ends it. */
+  readonly started: boolean;
+  add(partition: number, fields: readonly string[]): void;
+  flush(): void;
+  commit(): Promise<TransactionOutcome>;
+  discard(): void;
+}
+
 export class EventrailScripts {
   private readonly client: EventrailClient;
   /** Hot-path calls through `LeanCommand` (false: as ioredis's own commands). */
@@ -327,6 +346,29 @@ export class EventrailScripts {
   /** `publishDedup` queued on `pipeline` (one made with `client.pipeline()`). */
   queuePublishDedup(pipeline: ChainableCommander, input: PublishDedupInput): void {
     (pipeline as EventrailPipeline).eventrailPublishDedup(...this.publishDedupArgs(input));
+  }
+
+  /**
+   * A transaction of appends built event by event (`add`), which may be
+   * written in parts as it is built (`flush`, where `streamable`), then ended
+   * with `commit` (each event's offset or error) or `discard` (nothing
+   * appended). Undefined where `appendTransaction` would answer undefined.
+   */
+  beginTransaction(): AppendTransaction | undefined {
+    if (!this.lean) return undefined;
+    const transaction = LeanTransaction.begin(this.client);
+    if (!transaction) return undefined;
+    const { keys } = this;
+    return {
+      streamable: LeanTransaction.confirmed(this.client),
+      get started() {
+        return transaction.started;
+      },
+      add: (partition, fields) => transaction.add(keys.stream(partition), fields),
+      flush: () => transaction.flush(),
+      commit: () => transaction.commit(),
+      discard: () => transaction.discard(),
+    };
   }
 
   /**

@@ -235,6 +235,12 @@ function isErrorReply(value: unknown): value is Error {
   return value instanceof Error && value.name === 'ReplyError';
 }
 
+/** A simple or bulk string reply as text (ioredis gives the replies of a `QueuedReply` as Buffers); else undefined. */
+function textOf(reply: unknown): string | undefined {
+  if (typeof reply === 'string') return reply;
+  return Buffer.isBuffer(reply) ? reply.toString() : undefined;
+}
+
 /** An XADD's reply: the entry's stream id. */
 const STREAM_ID = /^\d+-\d+$/;
 
@@ -271,8 +277,9 @@ Object.defineProperty(QueuedReply.prototype, 'resolve', {
   value: function resolve(this: QueuedReplyFields, reply: unknown): void {
     this.isSettled = true;
     this._clearTimers();
-    // As ioredis gives it: a Buffer ('OK', 'QUEUED', or an XADD's offset where MULTI was refused).
-    record(this, Buffer.isBuffer(reply) ? reply.toString() : reply);
+    // As ioredis gives it: a Buffer ('OK', 'QUEUED', or an XADD's offset where MULTI was refused), read only
+    // where it matters (`textOf`).
+    record(this, reply);
   },
 });
 Object.defineProperty(QueuedReply.prototype, 'reject', {
@@ -340,6 +347,7 @@ export function leanTransactionsAvailable(client: Redis | Cluster): boolean {
   if (!SUPPORTED || (client as { isCluster?: boolean }).isCluster === true) return false;
   const internals = client as unknown as ClientInternals;
   return (
+    multiAnswered.get(client) !== 'refused' &&
     internals.status === 'ready' &&
     internals.stream?.writable === true &&
     typeof internals.commandQueue?.push === 'function' &&
@@ -349,77 +357,158 @@ export function leanTransactionsAvailable(client: Redis | Cluster): boolean {
   );
 }
 
+/** Clients on which Redis answered a transaction's MULTI: OK (streamed transactions may go), or an error reply (none go). */
+const multiAnswered = new WeakMap<object, 'ok' | 'refused'>();
+
 /**
- * Appends with one `MULTI`, an `XADD key * ...` per append, and `EXEC`, written
- * as one string: Redis runs them all or none (a refusal while it queues them,
- * such as OOM over `maxmemory`, discards the transaction), and each costs
- * Redis what a plain XADD does, where a Lua script that appends the same
- * costs it about 1.4 times as much (docs/performance.md). ioredis takes one
- * reply per command it queued, so each queued XADD's `QUEUED` reply is taken
- * by a `QueuedReply`, which records it; the EXEC's array is the outcome.
+ * One transaction of appends: `MULTI`, an `XADD key * ...` per append, and
+ * `EXEC`. Redis runs them all or none (a refusal while it queues them, such
+ * as OOM over `maxmemory`, discards the transaction), and each costs Redis
+ * what a plain XADD does, where a Lua script that appends the same costs it
+ * about 1.4 times as much (docs/performance.md).
  *
- * Should Redis refuse the MULTI itself (an ACL without it), each XADD runs
- * on its own as it arrives and its own reply says what it came to, so the
- * outcome is still each append's. Undefined, with nothing sent, where
- * `leanTransactionsAvailable` says no.
+ * ioredis takes one reply per command it queued, so the transaction's text
+ * goes through one command (its MULTI part, which writes all of it again
+ * should ioredis send it again after a reconnect), and each queued XADD's
+ * `QUEUED` reply is taken by a `QueuedReply`, which records it; EXEC's array
+ * is the outcome. `flush` puts what was added so far on the wire, so Redis
+ * queues it while the rest is built; `commit` ends it with EXEC, `discard`
+ * with DISCARD (nothing appended). All of it must happen in one turn of the
+ * event loop: nothing else is written on the connection meanwhile.
+ *
+ * Should Redis refuse the MULTI itself (an ACL without it), each XADD runs on
+ * its own as it arrives and its own reply says what it came to, so the
+ * outcome is still each append's; no transaction goes on that client again.
  */
+export class LeanTransaction {
+  private readonly replies = new TransactionReplies(0);
+  private readonly open = queuedReply(this.replies, -1, 'multi', '') as unknown as QueuedReplyFields;
+  private readonly written: string[] = [];
+  private pending = '*1\r\n$5\r\nMULTI\r\n';
+  private count = 0;
+  private lastKey = '';
+  private keyPart = '';
+  /** Its MULTI part was written at once (not held in ioredis's offline queue): the rest is written behind it. */
+  private direct?: boolean;
+
+  private constructor(private readonly client: Redis | Cluster) {}
+
+  /** A transaction on `client`, or undefined where none can go now (see `leanTransactionsAvailable`). */
+  static begin(client: Redis | Cluster): LeanTransaction | undefined {
+    return leanTransactionsAvailable(client) ? new LeanTransaction(client) : undefined;
+  }
+
+  /**
+   * Whether Redis answered a MULTI on `client` before: then a transaction may
+   * be flushed while it is built, and discarded if building it fails. (Where
+   * MULTI was never answered, a refused MULTI would let the XADDs already sent
+   * run on their own.)
+   */
+  static confirmed(client: Redis | Cluster): boolean {
+    return multiAnswered.get(client) === 'ok';
+  }
+
+  /** Whether anything of it was written (`flush`): then only `commit` or `discard` ends it. */
+  get started(): boolean {
+    return this.direct !== undefined;
+  }
+
+  /** Appends one XADD of `fields` to `key`. */
+  add(key: string, fields: readonly string[]): void {
+    if (key !== this.lastKey) {
+      this.lastKey = key;
+      this.keyPart = `${bulk(key)}$1\r\n*\r\n`;
+    }
+    let text = `*${fields.length + 3}\r\n$4\r\nXADD\r\n${this.keyPart}`;
+    for (let i = 0; i < fields.length; i++) text += bulk(fields[i]);
+    this.pending += text;
+    this.count++;
+  }
+
+  /** Writes what was added since the last flush (the socket's cork, if any, decides when it leaves). */
+  flush(): void {
+    if (this.pending === '') return;
+    const text = this.pending;
+    this.pending = '';
+    this.written.push(text);
+    const internals = this.client as unknown as ClientInternals;
+    if (this.direct === undefined) {
+      this.open.written = text;
+      void this.client.sendCommand(this.open as unknown as Command);
+      this.direct = internals.commandQueue?.peekBack?.()?.command === this.open;
+    } else if (this.direct) (internals.stream as { write(text: string): void }).write(text);
+    // Held in the offline queue, the MULTI part writes all of it when the queue is sent (below).
+    this.open.written = this.direct ? this.open.written : this.written.join('');
+  }
+
+  /** Ends the transaction with EXEC: answers each append's offset or error, in order. */
+  commit(): Promise<TransactionOutcome> {
+    const count = this.count;
+    const { replies } = this;
+    return this.end('exec', '*1\r\n$4\r\nEXEC\r\n').then(
+      (reply) => {
+        multiAnswered.set(this.client, 'ok');
+        if (!Array.isArray(reply) || reply.length !== count) throw new Error(`EXEC answered ${String(reply)} for ${count} appends`);
+        return reply.map((one: unknown) => (typeof one === 'string' ? one : asErrorReply(one)));
+      },
+      (error: unknown) => {
+        if (textOf(replies.opened) === 'OK') multiAnswered.set(this.client, 'ok');
+        // Redis refused MULTI itself: each XADD ran, or was refused, on its own, and its own reply says which;
+        // an XADD without a reply of its own (the connection dropped) may or may not have run.
+        if (isErrorReply(replies.opened)) {
+          multiAnswered.set(this.client, 'refused');
+          return replies.queued.map((one) => {
+            const text = textOf(one);
+            return text !== undefined && STREAM_ID.test(text) ? text : asErrorReply(one);
+          });
+        }
+        // EXECABORT: refused while queued, nothing appended; the first refusal is the cause (OOM, READONLY, ...).
+        const cause = replies.queued.find(isErrorReply);
+        if (isErrorReply(error) && error.message.startsWith('EXECABORT') && cause) throw cause;
+        throw error;
+      },
+    );
+  }
+
+  /** Ends the transaction with DISCARD: nothing of it is appended (where MULTI was answered: see `confirmed`). */
+  discard(): void {
+    this.end('discard', '*1\r\n$7\r\nDISCARD\r\n').catch(() => undefined);
+  }
+
+  /** Writes the last command, and queues a part for each XADD's reply and a command for the last one's. */
+  private end(name: string, last: string): Promise<unknown> {
+    this.pending += last;
+    this.flush();
+    // Sent again after a reconnect (nothing of it answered), the MULTI part writes it all.
+    this.open.written = this.written.join('');
+    const internals = this.client as unknown as ClientInternals;
+    const queue = internals.commandQueue as Required<NonNullable<ClientInternals['commandQueue']>>;
+    const select = internals.condition?.select;
+    this.replies.queued.length = this.count;
+    for (let i = 0; i < this.count; i++) {
+      const part = queuedReply(this.replies, i, 'xadd', '');
+      if (this.direct) queue.push({ command: part, stream: undefined, select });
+      else void this.client.sendCommand(part);
+    }
+    const closing = new LeanCommand(name, [], { replyEncoding: 'utf8' }) as unknown as CommandInternals;
+    closing.leanWritten = '';
+    closing.pipelineIndex = this.count + 1;
+    if (!this.direct) return this.client.sendCommand(closing as unknown as Command) as Promise<unknown>;
+    queue.push({ command: closing, stream: undefined, select });
+    return closing.promise;
+  }
+}
+
+/** `appends` as one transaction (see `LeanTransaction`); undefined, with nothing sent, where none can go now. */
 export function sendLeanTransaction(
   client: Redis | Cluster,
   appends: readonly TransactionAppend[],
 ): Promise<TransactionOutcome> | undefined {
-  if (appends.length === 0 || !leanTransactionsAvailable(client)) return undefined;
-  const internals = client as unknown as ClientInternals;
-  let written = '*1\r\n$5\r\nMULTI\r\n';
-  let lastKey = '';
-  let keyPart = '';
-  for (const { key, fields } of appends) {
-    if (key !== lastKey) {
-      lastKey = key;
-      keyPart = `${bulk(key)}$1\r\n*\r\n`;
-    }
-    written += `*${fields.length + 3}\r\n$4\r\nXADD\r\n${keyPart}`;
-    for (let i = 0; i < fields.length; i++) written += bulk(fields[i]);
-  }
-  written += '*1\r\n$4\r\nEXEC\r\n';
-  const replies = new TransactionReplies(appends.length);
-  // MULTI writes the whole transaction; EXEC writes nothing, and its reply is the outcome.
-  const open = queuedReply(replies, -1, 'multi', written);
-  const exec = new LeanCommand('exec', [], { replyEncoding: 'utf8' }) as unknown as CommandInternals;
-  exec.leanWritten = '';
-  exec.pipelineIndex = appends.length + 1;
-  void client.sendCommand(open);
-  const queue = internals.commandQueue as Required<NonNullable<ClientInternals['commandQueue']>>;
-  // Written at once (the usual case): the other parts go straight into the reply queue behind it. Held in
-  // ioredis's offline queue instead (a connection handoff), they follow it there, in order.
-  const direct = queue.peekBack()?.command === open;
-  const select = internals.condition?.select;
-  for (let i = 0; i < appends.length; i++) {
-    const part = queuedReply(replies, i, 'xadd', '');
-    if (direct) queue.push({ command: part, stream: undefined, select });
-    else void client.sendCommand(part);
-  }
-  let answered: Promise<unknown>;
-  if (direct) {
-    queue.push({ command: exec, stream: undefined, select });
-    answered = exec.promise;
-  } else answered = client.sendCommand(exec as unknown as Command) as Promise<unknown>;
-  return answered.then(
-    (reply) => {
-      if (!Array.isArray(reply) || reply.length !== appends.length)
-        throw new Error(`EXEC answered ${String(reply)} for ${appends.length} appends`);
-      return reply.map((one: unknown) => (typeof one === 'string' ? one : asErrorReply(one)));
-    },
-    (error: unknown) => {
-      // Redis refused MULTI itself: each XADD ran, or was refused, on its own, and its own reply says which;
-      // an XADD without a reply of its own (the connection dropped) may or may not have run.
-      if (isErrorReply(replies.opened))
-        return replies.queued.map((one) => (typeof one === 'string' && STREAM_ID.test(one) ? one : asErrorReply(one)));
-      // EXECABORT: refused while queued, nothing appended; the first refusal is the cause (OOM, READONLY, ...).
-      const cause = replies.queued.find(isErrorReply);
-      if (isErrorReply(error) && error.message.startsWith('EXECABORT') && cause) throw cause;
-      throw error;
-    },
-  );
+  if (appends.length === 0) return undefined;
+  const transaction = LeanTransaction.begin(client);
+  if (!transaction) return undefined;
+  for (const { key, fields } of appends) transaction.add(key, fields);
+  return transaction.commit();
 }
 
 /** An append's error: Redis's reply, or what happened instead (no reply: it may or may not have run). */

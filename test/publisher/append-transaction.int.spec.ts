@@ -115,6 +115,53 @@ describe('publishMany as one transaction', () => {
     expect((await calls(redis, 'evalsha')) - before.evalsha).toBe(0);
   });
 
+  it('a transaction written in parts as it is built is discarded whole when it cannot finish: a big entry late in it goes as runs, a getter that throws late appends nothing', async () => {
+    const prefix = 'tx-streamed';
+    const publisher = await publisherOf(prefix);
+    // A transaction answered on this connection first: the later ones are written in parts of 128 events.
+    await publisher.publishMany([0, 1].map((n) => ({ event: 'first', data: { n }, partition: 1 })));
+    const before = { discard: await calls(redis, 'discard'), exec: await calls(redis, 'exec'), evalsha: await calls(redis, 'evalsha') };
+    // Event 500 of 600 is over 16 KiB: the parts written before it are discarded, and the call goes as runs.
+    const withBig: PublishInput[] = Array.from({ length: 600 }, (_, n) => ({
+      event: 'tx',
+      data: n === 500 ? { n, big: 'x'.repeat(20_000) } : { n },
+      partition: n % PARTITIONS,
+    }));
+    const results = await publisher.publishMany(withBig);
+    expect(await landed(prefix)).toEqual(expected(withBig, (input) => input.partition as number));
+    for (const [i, result] of results.entries()) {
+      const [entry] = await redis.xrange(new EventrailKeys(prefix, PARTITIONS).stream(result.partition), result.offset, result.offset);
+      expect(JSON.parse(entry[1][entry[1].indexOf('data') + 1])).toEqual(withBig[i].data);
+    }
+    expect((await calls(redis, 'discard')) - before.discard).toBe(1);
+    expect((await calls(redis, 'exec')) - before.exec).toBe(0);
+    expect((await calls(redis, 'evalsha')) - before.evalsha).toBeGreaterThan(0);
+    // Data whose getter throws at its second read (the serialisation), at event 450 of 600: nothing appended.
+    let reads = 0;
+    const throwing: PublishInput[] = Array.from({ length: 600 }, (_, n) => ({
+      event: 'late',
+      data:
+        n === 450
+          ? {
+              get n(): number {
+                if (++reads > 1) throw new Error('read twice');
+                return n;
+              },
+            }
+          : { n },
+      partition: n % PARTITIONS,
+    }));
+    const error = (await publisher.publishMany(throwing).catch((e: unknown) => e)) as PublishManyError;
+    expect(error).toBeInstanceOf(PublishManyError);
+    expect(error.outcomes).toEqual(throwing.map(() => 'not-appended'));
+    expect(await landed(prefix, 'late')).toEqual([]);
+    expect((await calls(redis, 'discard')) - before.discard).toBe(2);
+    // And the connection's replies are in step after both.
+    const single = await publisher.publish('after', { n: 0 }, { partition: 2 });
+    const [last] = await redis.xrevrange(new EventrailKeys(prefix, PARTITIONS).stream(2), '+', '-', 'COUNT', 1);
+    expect(single.offset).toBe(last[0]);
+  });
+
   it('refuses the events of a partition whose key is not a stream, appends the others, and says which', async () => {
     const prefix = 'tx-wrongtype';
     const publisher = await publisherOf(prefix);
