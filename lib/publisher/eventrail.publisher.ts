@@ -232,9 +232,13 @@ export class EventrailPublisher {
   }
 
   /**
-   * Appends many events in one pipeline. Order is kept per partition. Not
-   * atomic: if Redis fails midway, the call rejects and some events may have
-   * been appended (the error lists how many).
+   * Appends many events in one write. Order is kept per partition. Up to
+   * 1000 events without their own `id`, on a single server, go as one
+   * transaction: all of them land or none. Otherwise (more events, ids with
+   * producer dedup, big entries, Redis Cluster) they go as runs and the call
+   * is not atomic: if Redis fails midway, the call rejects with
+   * `PublishManyError`, whose `outcomes` say which were appended (per
+   * partition, the first ones sent).
    */
   publishMany<const E extends ReadonlyArray<PublishInput>>(
     events: E & { readonly [I in keyof E]: CheckedInput<E[I]> },

@@ -13,18 +13,6 @@ import type { XReadBufferReply } from './stream-read';
 import { bigOrdinals, isBigEntry } from './big-entries';
 import { isRefusal } from './server-probe';
 
-/**
- * The one door to eventrail's Lua scripts (redis/scripts/*.lua): one method
- * per script use, taking named arguments and answering a typed result. The
- * KEYS and ARGV of every call are built here, from the key schema, so no
- * caller knows a script's argument order or a key name.
- *
- * The scripts sent per batch on the hot path (a commit, a bounded backlog
- * read, a run of `publishMany`) and the hot plain commands (a publish's
- * XADD, a worker's XREAD) go through `lean-command.ts`, the only file that
- * relies on ioredis internals; where they are missing, the same calls go as
- * ioredis's own commands (`defineCommand`), which answer the same.
- */
 /** A transaction of appends (`EventrailScripts.beginTransaction`). */
 export interface AppendTransaction {
   /** Redis answered a MULTI on this connection before: it may be flushed while it is built, and discarded. */
@@ -37,6 +25,18 @@ export interface AppendTransaction {
   discard(): void;
 }
 
+/**
+ * The one door to eventrail's Lua scripts (redis/scripts/*.lua): one method
+ * per script use, taking named arguments and answering a typed result. The
+ * KEYS and ARGV of every call are built here, from the key schema, so no
+ * caller knows a script's argument order or a key name.
+ *
+ * The scripts sent per batch on the hot path (a commit, a bounded backlog
+ * read, a run of `publishMany`) and the hot plain commands (a publish's
+ * XADD, a worker's XREAD) go through `lean-command.ts`, the only file that
+ * relies on ioredis internals; where they are missing, the same calls go as
+ * ioredis's own commands (`defineCommand`), which answer the same.
+ */
 export class EventrailScripts {
   private readonly client: EventrailClient;
   /** Hot-path calls through `LeanCommand` (false: as ioredis's own commands). */
