@@ -15,8 +15,14 @@ import { PublishManyError, type PublishOutcome } from '../errors/publish-many.er
 import { PublishTimeoutError } from '../errors/publish-timeout.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { EventrailRedis } from '../redis/eventrail-redis';
-import type { AppendManyDedupInput, AppendManyDedupReply, AppendManyReply, PackedEvents, RunGuard } from '../redis/eventrail-scripts';
-import type { TransactionOutcome } from '../redis/lean-command';
+import type {
+  AppendManyDedupInput,
+  AppendManyDedupReply,
+  AppendManyReply,
+  PackedEvents,
+  RunGuard,
+  TransactionOutcome,
+} from '../redis/eventrail-scripts';
 import { encodeFields } from '../wire/codec';
 import { derivedEventId } from '../wire/event-id';
 import { partitionForKey } from '../wire/partitioner';

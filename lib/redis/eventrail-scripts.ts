@@ -13,6 +13,8 @@ import type { XReadBufferReply } from './stream-read';
 import { bigOrdinals, isBigEntry } from './big-entries';
 import { isRefusal } from './server-probe';
 
+export type { TransactionOutcome };
+
 /** A transaction of appends (`EventrailScripts.beginTransaction`). */
 export interface AppendTransaction {
   /** Redis answered a MULTI on this connection before: it may be flushed while it is built, and discarded. */
