@@ -43,8 +43,11 @@ describe('a rolling deploy: members of one group with different handler sets', (
     const handover = await publish('handover', 20);
     await caughtUp('v1 and the second v2');
     expect(await handled('refund.issued')).toEqual(expect.arrayContaining(handover.refunds));
-    expect(await redis.lrange(`${prefix()}:test:by:${v1.child.pid}`, 0, -1)).toEqual(expect.arrayContaining(alone.orders));
-    expect(await redis.llen(`${prefix()}:test:by:${v1.child.pid}`)).toBe(alone.orders.length);
+    // v1 handled what it had alone; once barred it handles nothing: it may still have handled what it had read
+    // before the bar reached it when v2 joined (at least once: v2 handled those too), never the handover's.
+    const byV1 = await redis.lrange(`${prefix()}:test:by:${v1.child.pid}`, 0, -1);
+    expect(byV1).toEqual(expect.arrayContaining(alone.orders));
+    expect(byV1.filter((id) => !alone.orders.includes(id) && !both.orders.includes(id))).toEqual([]);
 
     // The last v2 leaves (a rollback): refunds are wanted by nobody live, and v1 goes on past them.
     await stopWorker(v2b, 'SIGTERM');
