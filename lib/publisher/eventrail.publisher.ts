@@ -427,7 +427,7 @@ export class EventrailPublisher {
         // sent as one transaction
       } else if (scripted) this.sendRuns(prepared, replies, sent, streamed ? sendNow : undefined);
       else for (let i = 0; i < prepared.length; i++) sent.push(this.settleInto(replies, i, this.appendOne(prepared[i])));
-      if (replicated) waited = client.wait(replicas, timeoutMs);
+      if (replicated) waited = this.redis.scripts.waitForReplicas(replicas, timeoutMs);
     });
     const deadlineMs = this.deadlineMs(replicated);
     if (corked) {

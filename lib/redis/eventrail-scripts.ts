@@ -254,7 +254,10 @@ export class EventrailScripts {
     return this.client.eventrailReanchorPosition(this.keys.stream(partition), this.keys.recovery(group, partition), firstBeforeTrim);
   }
 
-  // Appends (publishDedup-4, appendMany-n, appendManyDedup-n, appendIndexed-3) and the plain XADD
+  // Appends (publishDedup-4, appendMany-n, appendManyDedup-n, appendIndexed-3) and the plain XADD.
+  // On a single server, every one but publishDedup (whose second run answers a duplicate) is sent at most
+  // once: a connection that closes before its reply rejects it with `AppendReplyLost` instead of ioredis
+  // sending it again (see `sendAppendsOnce` in lean-command.ts).
 
   /**
    * Appends one event's `fields` to `partition`'s stream; answers its offset. A big entry
@@ -267,7 +270,7 @@ export class EventrailScripts {
   append(partition: number, fields: string[]): Promise<string> {
     const stream = this.keys.stream(partition);
     if (isBigEntry(fields)) return this.appendBig(partition, fields);
-    if (this.lean) return sendLean<string>(this.client, 'xadd', [stream, '*', ...fields]);
+    if (this.lean) return sendLean<string>(this.client, 'xadd', [stream, '*', ...fields], false, true);
     return this.client.xadd(stream, '*', ...fields) as Promise<string>;
   }
 
@@ -283,6 +286,16 @@ export class EventrailScripts {
         keys.indexedFrom(partition),
         ...fields,
       );
+  }
+
+  /**
+   * `WAIT replicas timeoutMs` after appends on the same connection: how many replicas confirmed
+   * them. Sent at most once, as the appends are: sent again on a new connection, a WAIT counts the
+   * replicas that have that connection's writes (none), and answered a frozen replica as confirmed.
+   */
+  waitForReplicas(replicas: number, timeoutMs: number): Promise<number> {
+    if (this.lean) return sendLean<number>(this.client, 'wait', [replicas, timeoutMs], false, true);
+    return this.client.wait(replicas, timeoutMs);
   }
 
   /**
@@ -328,11 +341,12 @@ export class EventrailScripts {
     if (this.unindexed) {
       // Sent before the XADD on the same connection: no worker reads the entry before the mark is there.
       this.client.set(keys.indexedFrom(partition), 'none').catch(() => undefined);
+      if (this.lean) return sendLean<string>(this.client, 'xadd', [stream, '*', ...fields], false, true);
       return this.client.xadd(stream, '*', ...fields) as Promise<string>;
     }
     const args = [stream, keys.bigEntries(partition), keys.indexedFrom(partition), ...fields];
     const appending = this.lean
-      ? sendLeanScript<string>(this.client, leanScript('eventrailAppendIndexed'), args)
+      ? sendLeanScript<string>(this.client, leanScript('eventrailAppendIndexed'), args, false, undefined, true)
       : this.client.eventrailAppendIndexed(stream, keys.bigEntries(partition), keys.indexedFrom(partition), ...fields);
     return appending.catch((error: unknown) => {
       if (error instanceof Error && isRefusal(error.message)) this.unindexed = true;
@@ -403,7 +417,7 @@ export class EventrailScripts {
    */
   appendMany(input: AppendManyInput): Promise<AppendManyReply> {
     const [numberOfKeys, args] = this.appendManyArgs(input);
-    if (this.lean) return sendLeanScript<AppendManyReply>(this.client, leanScript('eventrailAppendMany'), args, false, numberOfKeys);
+    if (this.lean) return sendLeanScript<AppendManyReply>(this.client, leanScript('eventrailAppendMany'), args, false, numberOfKeys, true);
     return this.client.eventrailAppendMany(numberOfKeys, ...args) as Promise<AppendManyReply>;
   }
 
@@ -443,7 +457,7 @@ export class EventrailScripts {
    */
   appendManyDedup(input: AppendManyDedupInput): Promise<AppendManyDedupReply> {
     const [numberOfKeys, args] = this.appendManyDedupArgs(input);
-    if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys);
+    if (this.lean) return sendLeanScript(this.client, leanScript('eventrailAppendManyDedup'), args, false, numberOfKeys, true);
     return this.client.eventrailAppendManyDedup(numberOfKeys, ...args) as Promise<AppendManyDedupReply>;
   }
 

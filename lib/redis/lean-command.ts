@@ -37,6 +37,72 @@ interface CommandInternals {
  */
 const loadedOn = new WeakMap<object, Set<string>>();
 
+/**
+ * The appends sent on a single server's connection (an XADD, an appendMany or
+ * appendIndexed script, a transaction's parts) that are never sent again
+ * after a reconnect. ioredis sends every command the closed socket left
+ * unanswered again on the new one (`autoResendUnfulfilledCommands`), and an
+ * append Redis ran before the connection dropped with its reply would run
+ * twice: two copies in the log, each an event of its own (its id is derived
+ * from its offset), or a guarded run held back by the guard its first run
+ * deleted, reported not appended while it is in the log. Taken out of what
+ * ioredis sends again, they reject with `AppendReplyLost`, which callers
+ * report as `unknown`: they land at most once. The client's other commands
+ * (reads, commits, a producer-dedup script, which answers a second run as a
+ * duplicate) are still sent again.
+ */
+const sentOnce = new WeakSet<object>();
+/** Clients whose closes `sentOnce` commands are taken out at (see `sendAppendsOnce`). */
+const watchedForResends = new WeakSet<object>();
+
+/** What `sendAppendsOnce` uses of ioredis's client: the commands a closed socket left unanswered, until it reconnects. */
+interface ResendInternals {
+  prevCommandQueue?: {
+    length: number;
+    peekAt(index: number): { command?: { reject(error: unknown): void } } | undefined;
+    remove(index: number, count: number): unknown;
+  } | null;
+}
+
+/** An append whose connection closed before Redis answered: it may or may not have run, and is not sent again. */
+export class AppendReplyLost extends Error {
+  constructor() {
+    super('the connection closed before Redis answered the append: it may or may not have been appended, and was not sent again');
+    this.name = 'AppendReplyLost';
+  }
+}
+
+/** Marks `command`, an append about to be sent on `client`, as one never sent again (see `sentOnce`). */
+function sendOnce(client: Redis | Cluster, command: object): void {
+  sentOnce.add(command);
+  sendAppendsOnce(client);
+}
+
+/**
+ * Makes `client` take the appends sent on it with `once` out of what it sends
+ * again after a reconnect (see `sentOnce`). ioredis keeps what a closed
+ * socket left unanswered in `prevCommandQueue` before it emits `close`, and
+ * sends it when the new socket is ready, after that. Not on a Cluster, whose
+ * node connections are its own.
+ */
+export function sendAppendsOnce(client: Redis | Cluster): void {
+  if (watchedForResends.has(client) || (client as { isCluster?: boolean }).isCluster === true) return;
+  watchedForResends.add(client);
+  client.on('close', () => {
+    const queue = (client as unknown as ResendInternals).prevCommandQueue;
+    if (!queue) return;
+    for (let i = 0; i < queue.length;) {
+      const command = queue.peekAt(i)?.command;
+      if (!command || !sentOnce.has(command)) {
+        i++;
+        continue;
+      }
+      queue.remove(i, 1);
+      command.reject(new AppendReplyLost());
+    }
+  });
+}
+
 type ArgumentTransformers = { _transformer?: { argument?: Record<string, ((args: unknown[]) => unknown[]) | undefined> } };
 
 /**
@@ -154,9 +220,16 @@ LeanCommand.prototype.toWritable = function toWritable(this: CommandInternals, s
  * `buffers` leaves the reply's strings as Buffers (ioredis's `...Buffer`
  * methods). The client's `keyPrefix`, if any, applies as with its own methods.
  */
-export function sendLean<T>(client: Redis | Cluster, name: string, args: Array<string | Buffer | number>, buffers = false): Promise<T> {
+export function sendLean<T>(
+  client: Redis | Cluster,
+  name: string,
+  args: Array<string | Buffer | number>,
+  buffers = false,
+  once = false,
+): Promise<T> {
   const keyPrefix = (client.options as { keyPrefix?: string }).keyPrefix;
   const command = new LeanCommand(name, args, { replyEncoding: buffers ? null : 'utf8', keyPrefix });
+  if (once) sendOnce(client, command);
   return client.sendCommand(command) as Promise<T>;
 }
 
@@ -175,6 +248,7 @@ export interface LeanScript {
  * under a live socket (NOSCRIPT after SCRIPT FLUSH), the same command is sent
  * again as EVAL, which also loads it.
  * `numberOfKeys` is the script's own unless it lets the caller say (`-n`).
+ * `once`: an append, not sent again after a reconnect (see `sendAppendsOnce`).
  */
 export function sendLeanScript<T>(
   client: Redis | Cluster,
@@ -182,6 +256,7 @@ export function sendLeanScript<T>(
   args: Array<string | Buffer | number>,
   buffers = false,
   numberOfKeys = script.numberOfKeys,
+  once = false,
 ): Promise<T> {
   if (numberOfKeys < 0) throw new Error(`sendLeanScript: the caller gives the number of keys of script ${script.sha}`);
   const keyPrefix = (client.options as { keyPrefix?: string }).keyPrefix;
@@ -191,6 +266,7 @@ export function sendLeanScript<T>(
     keyPrefix,
   });
   (command as unknown as CommandInternals).leanScript = { client, lua: script.lua, sha: script.sha };
+  if (once) sendOnce(client, command);
   return client.sendCommand(command) as Promise<T>;
 }
 
@@ -434,6 +510,7 @@ export class LeanTransaction {
     const internals = this.client as unknown as ClientInternals;
     if (this.direct === undefined) {
       this.open.written = text;
+      sendOnce(this.client, this.open);
       void this.client.sendCommand(this.open as unknown as Command);
       this.direct = internals.commandQueue?.peekBack?.()?.command === this.open;
     } else if (this.direct) (internals.stream as { write(text: string): void }).write(text);
@@ -487,12 +564,14 @@ export class LeanTransaction {
     this.replies.queued.length = this.count;
     for (let i = 0; i < this.count; i++) {
       const part = queuedReply(this.replies, i, 'xadd', '');
+      sentOnce.add(part);
       if (this.direct) queue.push({ command: part, stream: undefined, select });
       else void this.client.sendCommand(part);
     }
     const closing = new LeanCommand(name, [], { replyEncoding: 'utf8' }) as unknown as CommandInternals;
     closing.leanWritten = '';
     closing.pipelineIndex = this.count + 1;
+    sentOnce.add(closing);
     if (!this.direct) return this.client.sendCommand(closing as unknown as Command) as Promise<unknown>;
     queue.push({ command: closing, stream: undefined, select });
     return closing.promise;

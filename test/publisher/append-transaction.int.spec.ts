@@ -229,7 +229,7 @@ describe('publishMany as one transaction', () => {
     expect(single.offset).toBe(last[0]);
   });
 
-  it('sends a transaction that never reached Redis again whole when the connection is lost, and it lands once', async () => {
+  it('does not send a transaction again after the connection is lost before its answer: outcomes unknown, and it lands at most once', async () => {
     const prefix = 'tx-cut-unsent';
     const proxy = await PathProxy.start(server.url);
     try {
@@ -237,27 +237,24 @@ describe('publishMany as one transaction', () => {
       const inputs: PublishInput[] = Array.from({ length: 200 }, (_, n) => ({ event: 'tx', data: { n }, partition: n % PARTITIONS }));
       // The path goes silent: the transaction is written and held on the way; then the connection dies with it.
       proxy.silence();
-      const sent = publisher.publishMany(inputs).then(
-        (results) => results,
-        (e: unknown) => e,
-      );
-      await new Promise((resolve) => setImmediate(resolve));
-      proxy.drop();
-      // ioredis reconnects and sends what had no answer again, in order: the whole transaction, once.
-      const outcome = await sent;
-      if (outcome instanceof PublishManyError) expect(outcome.outcomes).toEqual(inputs.map(() => 'unknown'));
-      else expect(outcome).toHaveLength(200);
-      await waitFor(async () => (await landed(prefix)).length >= 200, 'the transaction sent again');
-      expect(await landed(prefix)).toEqual(expected(inputs, (input) => input.partition as number));
+      const outcome = await new Promise<unknown>((resolve) => {
+        publisher.publishMany(inputs).then(resolve, resolve);
+        setImmediate(() => proxy.drop());
+      });
+      // Redis may have run it before the reply was lost (it did not here: the proxy held it), so it is not sent again.
+      expect(outcome).toBeInstanceOf(PublishManyError);
+      expect((outcome as PublishManyError).outcomes).toEqual(inputs.map(() => 'unknown'));
+      // The next call goes on the new connection and answers its own offset; the cut transaction never followed.
+      const eventrailRedis = (publisher as unknown as { redis: EventrailRedis }).redis;
+      await waitFor(() => eventrailRedis.isReady(), 'the publisher reconnected');
       const single = await publisher.publish('after', { n: 0 }, { partition: 3 });
       const [last] = await redis.xrevrange(new EventrailKeys(prefix, PARTITIONS).stream(3), '+', '-', 'COUNT', 1);
       expect(single.offset).toBe(last[0]);
-      if (!(outcome instanceof PublishManyError)) {
-        for (const [i, result] of (outcome as Array<{ partition: number; offset: string }>).entries()) {
-          const [entry] = await redis.xrange(new EventrailKeys(prefix, PARTITIONS).stream(result.partition), result.offset, result.offset);
-          expect(JSON.parse(entry[1][entry[1].indexOf('data') + 1])).toEqual(inputs[i].data);
-        }
-      }
+      expect(await landed(prefix)).toEqual([]);
+      // Nothing of it landed here, so a plain retry lands each event once (with ids and dedupWindowMs where it may have).
+      const retried = await publisher.publishMany(inputs);
+      expect(retried).toHaveLength(200);
+      expect(await landed(prefix)).toEqual(expected(inputs, (input) => input.partition as number));
     } finally {
       await proxy.close();
     }
