@@ -255,9 +255,9 @@ export class EventrailScripts {
   }
 
   // Appends (publishDedup-4, appendMany-n, appendManyDedup-n, appendIndexed-3) and the plain XADD.
-  // On a single server, every one but publishDedup (whose second run answers a duplicate) is sent at most
-  // once: a connection that closes before its reply rejects it with `AppendReplyLost` instead of ioredis
-  // sending it again (see `sendAppendsOnce` in lean-command.ts).
+  // On a single server, every one but publishDedup (whose second run answers a duplicate), and the WAIT
+  // after them, is sent at most once: a connection that closes before its reply rejects it with
+  // `AppendReplyLost` instead of ioredis sending it again (see `sendAppendsOnce` in lean-command.ts).
 
   /**
    * Appends one event's `fields` to `partition`'s stream; answers its offset. A big entry

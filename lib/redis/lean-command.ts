@@ -444,8 +444,9 @@ const multiAnswered = new WeakMap<object, 'ok' | 'refused'>();
  * about 1.4 times as much (docs/performance.md).
  *
  * ioredis takes one reply per command it queued, so the transaction's text
- * goes through one command (its MULTI part, which writes all of it again
- * should ioredis send it again after a reconnect), and each queued XADD's
+ * goes through one command (its MULTI part, which writes all of it when it
+ * waited in ioredis's offline queue; once written, no part of it is sent
+ * again after a reconnect: see `sendAppendsOnce`), and each queued XADD's
  * `QUEUED` reply is taken by a `QueuedReply`, which records it; EXEC's array
  * is the outcome. `flush` puts what was added so far on the wire, so Redis
  * queues it while the rest is built; `commit` ends it with EXEC, `discard`
@@ -556,7 +557,7 @@ export class LeanTransaction {
   private end(name: string, last: string): Promise<unknown> {
     this.pending += last;
     this.flush();
-    // Sent again after a reconnect (nothing of it answered), the MULTI part writes it all.
+    // Sent from ioredis's offline queue (not written yet), the MULTI part writes it all.
     this.open.written = this.written.join('');
     const internals = this.client as unknown as ClientInternals;
     const queue = internals.commandQueue as Required<NonNullable<ClientInternals['commandQueue']>>;
