@@ -417,7 +417,10 @@ function bulk(value: string): string {
  * Whether `sendLeanTransaction` can send on `client` now: a single server's
  * connection that is ready, without a `keyPrefix` (the transaction is written
  * as it is) or a `reconnectOnError` (which may send one command of it again,
- * alone).
+ * alone). A ready connection whose socket no longer takes writes (Redis
+ * closed it and ioredis has not noticed yet) takes one too: it waits whole in
+ * ioredis's offline queue, its MULTI part holding all of it, and is written
+ * on the new connection, so the call stays all or nothing there.
  */
 export function leanTransactionsAvailable(client: Redis | Cluster): boolean {
   if (!SUPPORTED || (client as { isCluster?: boolean }).isCluster === true) return false;
@@ -425,7 +428,6 @@ export function leanTransactionsAvailable(client: Redis | Cluster): boolean {
   return (
     multiAnswered.get(client) !== 'refused' &&
     internals.status === 'ready' &&
-    internals.stream?.writable === true &&
     typeof internals.commandQueue?.push === 'function' &&
     typeof internals.commandQueue.peekBack === 'function' &&
     !internals.options.keyPrefix &&

@@ -405,8 +405,9 @@ describe('publishMany during a rolling deploy: old publishers sending runs, new 
       calls.set(call, known);
     }
     const modeOf = new Map(publishers.map((p) => [p.name, p.mode]));
-    // A new publisher sends runs where its connection cannot take a transaction at that moment (while it
-    // reconnects), and so does a coalesced tick: the outcomes tell. A transaction's are all the same here
+    // Should a new publisher send runs (a connection that cannot take a transaction at that moment: the
+    // moment a socket had ended before ioredis noticed was one, until transactions waited in the offline
+    // queue there), and so a coalesced tick, the outcomes tell. A transaction's are all the same here
     // (no partition key of the wrong type), so a call told a mix went as runs; a torn call told one outcome
     // is a torn transaction (or a false report). A killed publisher's calls have no report: either shape.
     const toldMixed = (call: string, from = 0): boolean | undefined => {

@@ -260,6 +260,29 @@ describe('publishMany as one transaction', () => {
     }
   });
 
+  it('a publishMany made as the connection closes (ready, its socket no longer writable) still goes as one transaction, on the new connection', async () => {
+    const prefix = 'tx-closing';
+    const publisher = await publisherOf(prefix);
+    const client = (publisher as unknown as { redis: EventrailRedis }).redis.client as Redis;
+    // 300 events: a transaction written in parts (Redis answered a MULTI on this client before: the warm-up).
+    const inputs: PublishInput[] = Array.from({ length: 300 }, (_, n) => ({ event: 'tx', data: { n }, partition: n % PARTITIONS }));
+    const before = { exec: await calls(redis, 'exec'), scripts: (await calls(redis, 'evalsha')) + (await calls(redis, 'eval')) };
+    // The moment between the socket's end and ioredis's close handler: still `ready`, no longer writable.
+    const socket = (client as unknown as { stream: { end(): void; writable: boolean } }).stream;
+    socket.end();
+    expect({ status: client.status, writable: socket.writable }).toEqual({ status: 'ready', writable: false });
+    const results = await publisher.publishMany(inputs);
+    expect({ exec: await calls(redis, 'exec'), scripts: (await calls(redis, 'evalsha')) + (await calls(redis, 'eval')) }).toEqual({
+      exec: before.exec + 1,
+      scripts: before.scripts,
+    });
+    expect(await landed(prefix)).toEqual(expected(inputs, (input) => input.partition as number));
+    for (const [i, result] of results.entries()) {
+      const [entry] = await redis.xrange(new EventrailKeys(prefix, PARTITIONS).stream(result.partition), result.offset, result.offset);
+      expect(JSON.parse(entry[1][entry[1].indexOf('data') + 1])).toEqual(inputs[i].data);
+    }
+  });
+
   it('where the ACL refuses MULTI, each XADD runs on its own and its offset is still answered, once', async () => {
     const prefix = 'tx-acl';
     const rules = eventrailAclRules(prefix);
