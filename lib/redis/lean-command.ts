@@ -39,7 +39,8 @@ const loadedOn = new WeakMap<object, Set<string>>();
 
 /**
  * The appends sent on a single server's connection (an XADD, an appendMany or
- * appendIndexed script, a transaction's parts) that are never sent again
+ * appendIndexed script, a transaction's MULTI and EXEC parts; its `QueuedReply`
+ * placeholders are known by their class) that are never sent again
  * after a reconnect. ioredis sends every command the closed socket left
  * unanswered again on the new one (`autoResendUnfulfilledCommands`), and an
  * append Redis ran before the connection dropped with its reply would run
@@ -93,7 +94,8 @@ export function sendAppendsOnce(client: Redis | Cluster): void {
     if (!queue) return;
     for (let i = 0; i < queue.length;) {
       const command = queue.peekAt(i)?.command;
-      if (!command || !sentOnce.has(command)) {
+      // A transaction's QUEUED placeholders are appends' parts too, not marked one by one (one per event).
+      if (!command || !(sentOnce.has(command) || command instanceof QueuedReply)) {
         i++;
         continue;
       }
@@ -567,7 +569,6 @@ export class LeanTransaction {
     this.replies.queued.length = this.count;
     for (let i = 0; i < this.count; i++) {
       const part = queuedReply(this.replies, i, 'xadd', '');
-      sentOnce.add(part);
       if (this.direct) queue.push({ command: part, stream: undefined, select });
       else void this.client.sendCommand(part);
     }
