@@ -8,6 +8,7 @@ import {
   PublishInput,
   PublishManyError,
   PublishResult,
+  PublishTimeoutError,
   RedisUnavailableError,
   ReplicationTimeoutError,
 } from '../../lib';
@@ -379,7 +380,6 @@ describe('an append is sent at most once (attack)', () => {
       await waitFor(() => client.status === 'ready', 'ready');
       const id = String(await client.client('ID'));
       const calls = Array.from({ length: 100 + Math.floor(random() * 400) }, () => ({ n: serial++ }));
-      const started = Date.now();
       const killAfter = Math.floor(random() * calls.length);
       const outcomes: Array<Promise<PublishResult | Error>> = [];
       for (const [i, data] of calls.entries()) {
@@ -399,7 +399,6 @@ describe('an append is sent at most once (attack)', () => {
         if (random() < 0.02) await new Promise((resolve) => setImmediate(resolve));
       }
       const settled = await Promise.all(outcomes);
-      if (Date.now() - started > 4_000) wrong.push(`round ${round}: took ${Date.now() - started} ms to settle`);
       const copies = await copiesIn(prefix);
       for (const [i, outcome] of settled.entries()) {
         const { n } = calls[i];
@@ -408,6 +407,8 @@ describe('an append is sent at most once (attack)', () => {
         if (outcome instanceof Error) {
           rejected++;
           if (!(outcome instanceof RedisUnavailableError)) wrong.push(`${n}: rejected with ${outcome.name}`);
+          // Nothing hangs: a call left waiting (an append dropped from every queue) would wait out publishTimeoutMs.
+          else if (outcome instanceof PublishTimeoutError) wrong.push(`${n}: waited out publishTimeoutMs`);
         } else {
           resolved++;
           if (mine.length !== 1 || mine[0].offset !== outcome.offset)
