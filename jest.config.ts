@@ -41,6 +41,8 @@ const config: Config = {
   // closed-connection-trace: diagnosis only (which commands a closing connection failed, and who closed it).
   setupFiles: ['<rootDir>/test/support/quiet-logs.ts', '<rootDir>/test/support/closed-connection-trace.ts'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
+  // Jest's order, or the reverse for one of CI's two lanes (see the file).
+  testSequencer: '<rootDir>/test/support/test-order.cjs',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 60_000,
   // Child processes and Redis connections are closed by each test; this only guards CI against a hang.

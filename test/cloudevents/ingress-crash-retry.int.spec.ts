@@ -78,7 +78,7 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
     let body = '';
     let before = 0;
     let statuses: number[] = [];
-    for (let round = 0; round < 5; round++) {
+    for (let round = 0; round < 8; round++) {
       batch = Array.from({ length: EVENTS }, (_, i) => ({
         specversion: '1.0',
         id: `crash-${round}-${i}`,
@@ -150,5 +150,5 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
       twice: [...counts].filter(([, n]) => n > 1).map(([id]) => id),
       missing: batch.filter((e) => !counts.has(e.id)).map((e) => e.id),
     }).toEqual({ last: 202, entries: EVENTS, twice: [], missing: [] });
-  });
+  }, 150_000); // up to 8 rounds on a loaded host, where the batch often gets through whole before the kill
 });

@@ -147,7 +147,7 @@ describe('AppendCoalescer', () => {
     expect(timers()).toBe(before + 1);
     answer();
     await expect(Promise.all(pending)).resolves.toHaveLength(100);
-    expect(timers()).toBe(before);
+    expect(timers()).toBeLessThanOrEqual(before); // at most: a timer of the process's own may have fired meanwhile
   });
 
   it('rejects an append whose send throws, without a crash or a timer left behind', async () => {
@@ -166,7 +166,8 @@ describe('AppendCoalescer', () => {
     const settled = await Promise.allSettled([coalescer.add(1), coalescer.add(2)]);
     expect(settled.map((s) => s.status === 'rejected' && (s.reason as Error).message)).toEqual(['cannot send', 'cannot send']);
     await new Promise((resolve) => setImmediate(resolve));
-    expect(timers()).toBe(before);
+    // At most: a timer of the process's own may have fired meanwhile (seen on a loaded host: 4 before, 3 after).
+    expect(timers()).toBeLessThanOrEqual(before);
   });
 
   it("answers each caller as `answers` turn its reply or its error, the deadline's included", async () => {
