@@ -323,16 +323,22 @@ function textOf(reply: unknown): string | undefined {
 const STREAM_ID = /^\d+-\d+$/;
 
 /**
- * One reply of a transaction that comes before its EXEC's, taken and
- * recorded, with no promise: MULTI's (`index` -1: this part writes the
- * whole transaction, so it is one write whoever sends it again), or the one
- * Redis gives a command as it queues it (`QUEUED`, or an error reply; these
- * parts write nothing). A reply from Redis is final; an error made here (a
- * `commandTimeout` that passed, a lost connection) is recorded until a reply
- * replaces it. Built by `queuedReply` without ioredis's `Command`
- * constructor, which every command of the process runs: a constructor that
- * builds objects of one more class ran slower for all of them (a raw corked
- * XADD in the same process cost 5.9 µs of client CPU instead of 3.6).
+ * The replies of a transaction that come before its EXEC's, taken and
+ * recorded, with no promise. Two parts take them: MULTI's (`index` -1: this
+ * part writes the whole transaction, so it is one write whoever sends it
+ * again), and one part for all its queued XADDs, put in ioredis's command
+ * queue once per XADD (the same object each time), which takes the reply
+ * Redis gives each as it queues it (`QUEUED`, or an error reply) in order,
+ * its `index` moving on with each. These parts write nothing. A reply from
+ * Redis fills the next place; an error made here (a `commandTimeout` that
+ * passed, a lost connection) fills none, so a place no reply reached is
+ * empty (`asErrorReply` says no reply came). One part per XADD (and one
+ * queue entry each) cost about 1.5 µs of client CPU per event in a
+ * `publishMany` of 1000 (a CPU profile). Built by `queuedReply` without
+ * ioredis's `Command` constructor, which every command of the process runs:
+ * a constructor that builds objects of one more class ran slower for all of
+ * them (a raw corked XADD in the same process cost 5.9 µs of client CPU
+ * instead of 3.6).
  */
 class QueuedReply extends Command {}
 
@@ -344,32 +350,32 @@ interface QueuedReplyFields {
   _clearTimers(): void;
 }
 
+/** Records a reply from Redis: MULTI's, or the next queued XADD's. */
 function record(part: QueuedReplyFields, value: unknown): void {
   if (part.index < 0) part.replies.opened = value;
-  else part.replies.queued[part.index] = value;
+  else part.replies.queued[part.index++] = value;
 }
 
 Object.defineProperty(QueuedReply.prototype, 'resolve', {
   configurable: true,
   writable: true,
   value: function resolve(this: QueuedReplyFields, reply: unknown): void {
-    this.isSettled = true;
-    this._clearTimers();
+    if (this.index < 0) this.isSettled = true;
     // As ioredis gives it: a Buffer ('OK', 'QUEUED', or an XADD's offset where MULTI was refused), read only
     // where it matters (`textOf`).
     record(this, reply);
+    if (this.isSettled || this.index >= this.replies.queued.length) this._clearTimers();
   },
 });
 Object.defineProperty(QueuedReply.prototype, 'reject', {
   configurable: true,
   writable: true,
   value: function reject(this: QueuedReplyFields, error: unknown): void {
-    if (this.isSettled) return;
-    if (isErrorReply(error)) {
-      this.isSettled = true;
-      this._clearTimers();
-    }
+    // An error made here (a timeout, a lost connection) takes no place: only Redis's replies come in order.
+    if (!isErrorReply(error)) return;
+    if (this.index < 0) this.isSettled = true;
     record(this, error);
+    if (this.isSettled || this.index >= this.replies.queued.length) this._clearTimers();
   },
 });
 Object.defineProperty(QueuedReply.prototype, 'toWritable', {
@@ -382,10 +388,10 @@ Object.defineProperty(QueuedReply.prototype, 'toWritable', {
 
 /**
  * A `QueuedReply` with the fields ioredis reads of a command (as its
- * constructor sets them), in one order. `pipelineIndex` numbers the
- * transaction's parts as ioredis numbers a pipeline's commands: it drops the
- * rest of a pipeline whose first replies arrived before a connection
- * dropped, instead of sending it again without the commands that went first.
+ * constructor sets them), in one order. No `pipelineIndex`: ioredis drops
+ * the rest of a pipeline whose first replies came before its connection
+ * closed, and a transaction's parts are never sent again anyway
+ * (`sendAppendsOnce` takes each out, whatever came before it).
  */
 function queuedReply(replies: TransactionReplies, index: number, name: string, written: string): Command {
   const part = Object.create(QueuedReply.prototype) as Record<string, unknown>;
@@ -403,7 +409,7 @@ function queuedReply(replies: TransactionReplies, index: number, name: string, w
   part.args = NO_ARGUMENTS;
   part.callback = undefined;
   part.promise = SETTLED;
-  part.pipelineIndex = index + 1;
+  part.pipelineIndex = undefined;
   part.replies = replies;
   part.index = index;
   part.written = written;
@@ -450,8 +456,8 @@ const multiAnswered = new WeakMap<object, 'ok' | 'refused'>();
  * ioredis takes one reply per command it queued, so the transaction's text
  * goes through one command (its MULTI part, which writes all of it when it
  * waited in ioredis's offline queue; once written, no part of it is sent
- * again after a reconnect: see `sendAppendsOnce`), and each queued XADD's
- * `QUEUED` reply is taken by a `QueuedReply`, which records it; EXEC's array
+ * again after a reconnect: see `sendAppendsOnce`), and the queued XADDs'
+ * `QUEUED` replies are taken by one `QueuedReply`, which records them; EXEC's array
  * is the outcome. `flush` puts what was added so far on the wire, so Redis
  * queues it while the rest is built; `commit` ends it with EXEC, `discard`
  * with DISCARD (nothing appended). All of it must happen in one turn of the
@@ -464,7 +470,8 @@ const multiAnswered = new WeakMap<object, 'ok' | 'refused'>();
 export class LeanTransaction {
   private readonly replies = new TransactionReplies(0);
   private readonly open = queuedReply(this.replies, -1, 'multi', '') as unknown as QueuedReplyFields;
-  private readonly written: string[] = [];
+  /** What was written while the MULTI part waits in ioredis's offline queue (it writes all of it then). */
+  private readonly held: string[] = [];
   private pending = '*1\r\n$5\r\nMULTI\r\n';
   private count = 0;
   private lastKey = '';
@@ -511,16 +518,19 @@ export class LeanTransaction {
     if (this.pending === '') return;
     const text = this.pending;
     this.pending = '';
-    this.written.push(text);
     const internals = this.client as unknown as ClientInternals;
     if (this.direct === undefined) {
       this.open.written = text;
       sendOnce(this.client, this.open);
       void this.client.sendCommand(this.open as unknown as Command);
       this.direct = internals.commandQueue?.peekBack?.()?.command === this.open;
+      if (!this.direct) this.held.push(text);
     } else if (this.direct) (internals.stream as { write(text: string): void }).write(text);
-    // Held in the offline queue, the MULTI part writes all of it when the queue is sent (below).
-    this.open.written = this.direct ? this.open.written : this.written.join('');
+    else {
+      // Held in the offline queue, the MULTI part writes all of it when the queue is sent.
+      this.held.push(text);
+      this.open.written = this.held.join('');
+    }
   }
 
   /** Ends the transaction with EXEC: answers each append's offset or error, in order. */
@@ -561,20 +571,21 @@ export class LeanTransaction {
   private end(name: string, last: string): Promise<unknown> {
     this.pending += last;
     this.flush();
-    // Sent from ioredis's offline queue (not written yet), the MULTI part writes it all.
-    this.open.written = this.written.join('');
     const internals = this.client as unknown as ClientInternals;
     const queue = internals.commandQueue as Required<NonNullable<ClientInternals['commandQueue']>>;
     const select = internals.condition?.select;
     this.replies.queued.length = this.count;
-    for (let i = 0; i < this.count; i++) {
-      const part = queuedReply(this.replies, i, 'xadd', '');
-      if (this.direct) queue.push({ command: part, stream: undefined, select });
-      else void this.client.sendCommand(part);
+    if (this.count > 0) {
+      // One part takes every XADD's QUEUED reply in turn (see `QueuedReply`): the same entry, once per XADD.
+      const part = queuedReply(this.replies, 0, 'xadd', '');
+      const entry = { command: part, stream: undefined, select };
+      for (let i = 0; i < this.count; i++) {
+        if (this.direct) queue.push(entry);
+        else void this.client.sendCommand(part);
+      }
     }
     const closing = new LeanCommand(name, [], { replyEncoding: 'utf8' }) as unknown as CommandInternals;
     closing.leanWritten = '';
-    closing.pipelineIndex = this.count + 1;
     sentOnce.add(closing);
     if (!this.direct) return this.client.sendCommand(closing as unknown as Command) as Promise<unknown>;
     queue.push({ command: closing, stream: undefined, select });
