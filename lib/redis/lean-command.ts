@@ -325,8 +325,11 @@ const STREAM_ID = /^\d+-\d+$/;
 /**
  * The replies of a transaction that come before its EXEC's, taken and
  * recorded, with no promise. Two parts take them: MULTI's (`index` -1: this
- * part writes the whole transaction, so it is one write whoever sends it
- * again), and one part for all its queued XADDs, put in ioredis's command
+ * part writes the transaction's first part, the rest following straight on
+ * the socket, or all of it when it waited in ioredis's offline queue; it is
+ * never sent again after a close, see `sendAppendsOnce`, since a MULTI sent
+ * alone would leave the connection inside a transaction), and one part for
+ * all its queued XADDs, put in ioredis's command
  * queue once per XADD (the same object each time), which takes the reply
  * Redis gives each as it queues it (`QUEUED`, or an error reply) in order,
  * its `index` moving on with each. These parts write nothing. A reply from
