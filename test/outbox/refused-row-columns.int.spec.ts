@@ -81,8 +81,11 @@ describe('refused outbox rows with long columns', () => {
     await waitFor(async () => (await logEntries(redis, prefix)).some((entry) => entry.id === 'LATER'), 'a later row relayed', 15_000);
     expect((await logEntries(redis, prefix)).map((entry) => entry.id)).toEqual(['OTHER', 'LATER']);
     expect(relay.get(EventrailOutboxRelay).stats()).toMatchObject({ active: true, takeovers: 1, failedRows: 1 });
-    const left = (await pool.query(`select event_id from ${tables.outboxTable} order by id`)).rows.map((row) => row.event_id as string);
-    expect(left).toEqual(['BIG', 'BEHIND']);
+    // A relayed row is deleted after Redis acknowledged it, so after it shows in the log: wait for that delete.
+    const left = async (): Promise<string[]> =>
+      (await pool.query(`select event_id from ${tables.outboxTable} order by id`)).rows.map((row) => row.event_id as string);
+    await waitFor(async () => (await left()).length === 2, 'the relayed rows deleted', 15_000);
+    expect(await left()).toEqual(['BIG', 'BEHIND']);
 
     // Deleting the refused row releases its key.
     await pool.query(`delete from ${tables.outboxTable} where event_id = 'BIG'`);
