@@ -329,10 +329,10 @@ const STREAM_ID = /^\d+-\d+$/;
  * the socket, or all of it when it waited in ioredis's offline queue; it is
  * never sent again after a close, see `sendAppendsOnce`, since a MULTI sent
  * alone would leave the connection inside a transaction), and one part for
- * all its queued XADDs, put in ioredis's command
- * queue once per XADD (the same object each time), which takes the reply
- * Redis gives each as it queues it (`QUEUED`, or an error reply) in order,
- * its `index` moving on with each. These parts write nothing. A reply from
+ * all its queued XADDs, put in ioredis's command queue once per XADD (the
+ * same object each time), which takes the reply Redis gives each as it
+ * queues it (`QUEUED`, or an error reply) in order, its `index` moving on
+ * with each. These parts write nothing. A reply from
  * Redis fills the next place; an error made here (a `commandTimeout` that
  * passed, a lost connection) fills none, so a place no reply reached is
  * empty (`asErrorReply` says no reply came). One part per XADD (and one
