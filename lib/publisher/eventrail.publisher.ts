@@ -20,6 +20,7 @@ import type {
   AppendManyDedupReply,
   AppendManyReply,
   PackedEvents,
+  AppendTransaction,
   RunGuard,
   TransactionOutcome,
 } from '../redis/eventrail-scripts';
@@ -129,6 +130,16 @@ interface Run {
   width: number;
   /** Set when the partition takes more than one run in the call. */
   guard?: RunGuard;
+}
+
+/** Runs sent behind a transaction that took a call's first events (`commitThenRuns`). */
+interface RunsAfter {
+  /** The first event not in the transaction. */
+  from: number;
+  /** The call id of the guards the transaction set. */
+  call: string;
+  /** The partitions whose guard the transaction set: their runs start at `runsBefore` 1. */
+  guarded: ReadonlySet<number>;
 }
 
 interface Prepared {
@@ -458,7 +469,7 @@ export class EventrailPublisher {
     // A publishMany goes as runs here too, so what lands is a prefix (see `buildRuns`); each queued command is one run.
     const runs: Run[] = [];
     if (streamed && prepared.length > 1 && this.appendManyWorks()) {
-      this.buildRuns(prepared, STREAMED_RUN_EVENTS, (run) => {
+      this.buildRuns(prepared, STREAMED_RUN_EVENTS, undefined, (run) => {
         runs.push(run);
         if (run.indexes.length === 1 && !run.guard) queueOne(prepared[run.indexes[0]]);
         else if (run.deduped) this.redis.scripts.queueAppendManyDedup(pipeline, this.runInput(run));
@@ -501,55 +512,84 @@ export class EventrailPublisher {
    * before, it is written in parts of `STREAMED_RUN_EVENTS` as its data is
    * serialised, so Redis queues each part while the next is built; data
    * refused then (a getter that answers differently when read again) ends it
-   * with DISCARD: nothing appended, every event `not-appended`. False, with
-   * nothing appended, when the call cannot go this way: a big entry among the
-   * events (its offset is indexed as it lands, which runs do), fields over
-   * `RUN_BYTES`, or a connection a transaction cannot be written to now; the
-   * caller sends runs (behind the DISCARD of what was written, if anything).
+   * with DISCARD: nothing appended, every event `not-appended` (unless Redis
+   * refused its MULTI: see `settleDiscarded`). False, with nothing sent, when
+   * the call cannot go this way: a big entry among the events (its offset is
+   * indexed as it lands, which runs do), fields over `RUN_BYTES`, or a
+   * connection a transaction cannot be written to now; the caller sends runs.
+   * Found after a part was written, the rest goes as runs behind it
+   * (`commitThenRuns`).
    */
   private sendTransaction(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow: () => void): boolean {
     const transaction = this.redis.scripts.beginTransaction();
     if (!transaction) return false;
     let bytes = 0;
+    /** The events added to it, and written (flushed) of them. */
+    let added = 0;
+    let written = 0;
     try {
-      for (let i = 0; i < prepared.length; i++) {
-        const fields = this.fieldsOf(prepared[i]);
+      for (; added < prepared.length; added++) {
+        const fields = this.fieldsOf(prepared[added]);
         if (isBigEntry(fields)) throw SEND_AS_RUNS;
         for (let f = 0; f < fields.length; f++) bytes += fields[f].length;
         if (bytes > RUN_BYTES) throw SEND_AS_RUNS;
-        transaction.add(prepared[i].partition, fields);
+        transaction.add(prepared[added].partition, fields);
         // Where a transaction went on this connection before: written in parts as it is built, so Redis
         // queues each while the next is serialised (the first one is built whole: see `streamable`).
-        if (transaction.streamable && (i + 1) % STREAMED_RUN_EVENTS === 0 && i + 1 < prepared.length) {
+        if (transaction.streamable && (added + 1) % STREAMED_RUN_EVENTS === 0 && added + 1 < prepared.length) {
           transaction.flush();
+          written = added + 1;
           sendNow();
         }
       }
     } catch (error) {
-      // Nothing of it is appended: DISCARD ends what was written of it (runs follow it on the connection).
-      if (transaction.started) transaction.discard();
-      if (error === SEND_AS_RUNS) return false;
-      // Every event is reported `not-appended` (an unexpected error as the refusal's cause).
+      if (error === SEND_AS_RUNS) {
+        if (!transaction.started) return false;
+        this.commitThenRuns(transaction, added, prepared, replies, sent, sendNow);
+        return true;
+      }
+      // Every event is reported `not-appended` (an unexpected error as the refusal's cause), once Redis's
+      // answer to the parts written says nothing of them was appended.
       const refusal = asError(error);
       const reported = outcomeOf(refusal) === 'not-appended' ? refusal : new AppendRefused(`not sent: ${describeError(error)}`);
-      for (let i = 0; i < prepared.length; i++) replies[i] = [reported, null];
+      if (transaction.started) sent.push(settleDiscarded(replies, prepared.length, written, reported, transaction.discard()));
+      else for (let i = 0; i < prepared.length; i++) replies[i] = [reported, null];
       return true;
     }
-    sent.push(
-      transaction.commit().then(
-        (answers) => {
-          for (let i = 0; i < prepared.length; i++) {
-            const answer = answers[i];
-            replies[i] = typeof answer === 'string' ? [null, answer] : [answer, null];
-          }
-        },
-        (error: unknown) => {
-          const failure = asError(error);
-          for (let i = 0; i < prepared.length; i++) replies[i] = [failure, null];
-        },
-      ),
-    );
+    sent.push(settleTransaction(replies, prepared.length, transaction.commit()));
     return true;
+  }
+
+  /**
+   * A transaction written in parts that cannot take the rest of the call (a
+   * big entry at `added`, or fields over `RUN_BYTES`): the events added to it
+   * are committed with it, and the rest go as runs behind its EXEC. Each
+   * partition with events on both sides has its run guard set inside the
+   * transaction and its runs start after it, so they land only if it did:
+   * what lands stays a prefix per partition. Not DISCARD and runs for every
+   * event: where Redis refused the MULTI (an ACL changed at run time), the
+   * XADDs written ran on their own, and the runs would append them again.
+   */
+  private commitThenRuns(
+    transaction: AppendTransaction,
+    added: number,
+    prepared: Prepared[],
+    replies: AppendReply[],
+    sent: Array<Promise<void>>,
+    sendNow: () => void,
+  ): void {
+    const before = new Set<number>();
+    for (let i = 0; i < added; i++) before.add(prepared[i].partition);
+    const guarded = new Set<number>();
+    const call = nextCallId();
+    for (let i = added; i < prepared.length; i++) {
+      const { partition } = prepared[i];
+      if (!before.has(partition) || guarded.has(partition)) continue;
+      guarded.add(partition);
+      transaction.guardRuns(partition, call, RUN_GUARD_TTL_MS);
+    }
+    sent.push(settleTransaction(replies, added, transaction.commit()));
+    this.sendRuns(prepared, replies, sent, sendNow, { from: added, call, guarded });
   }
 
   /**
@@ -583,13 +623,21 @@ export class EventrailPublisher {
    * appendMany call, a run with producer dedup as one appendManyDedup call.
    * The commands leave in the order they are sent here. With `sendNow` (a `publishMany`), runs hold at most `STREAMED_RUN_EVENTS`
    * and each leaves at once, so Redis starts on it while the next is built;
-   * single appends leave with what follows them.
+   * single appends leave with what follows them. With `after`, only the
+   * events from `after.from` on (see `RunsAfter`).
    */
-  private sendRuns(prepared: Prepared[], replies: AppendReply[], sent: Array<Promise<void>>, sendNow?: () => void): void {
+  private sendRuns(
+    prepared: Prepared[],
+    replies: AppendReply[],
+    sent: Array<Promise<void>>,
+    sendNow?: () => void,
+    after?: RunsAfter,
+  ): void {
     const { scripts } = this.redis;
     const inRun = new Uint8Array(prepared.length);
+    const from = after?.from ?? 0;
     try {
-      this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, (run) => {
+      this.buildRuns(prepared, sendNow ? STREAMED_RUN_EVENTS : RUN_EVENTS, after, (run) => {
         const { indexes, guard } = run;
         for (const index of indexes) inRun[index] = 1;
         if (indexes.length === 1 && !guard) sent.push(this.settleInto(replies, indexes[0], this.appendOne(prepared[indexes[0]])));
@@ -603,7 +651,7 @@ export class EventrailPublisher {
       // error (an unexpected one as the refusal's cause). What was sent is a prefix per partition.
       const refusal = asError(error);
       const reported = outcomeOf(refusal) === 'not-appended' ? refusal : new AppendRefused(`not sent: ${describeError(error)}`);
-      for (let i = 0; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [reported, null];
+      for (let i = from; i < prepared.length; i++) if (inRun[i] === 0) replies[i] = [reported, null];
     }
   }
 
@@ -619,11 +667,13 @@ export class EventrailPublisher {
    * big run and take the small one after it, and the guard makes each run
    * land only when the runs before it did. What lands is then a prefix of
    * what was sent to the partition. A partition of one run, the common case,
-   * has no guard and costs nothing more.
+   * has no guard and costs nothing more. With `after`, only the events from
+   * `after.from` on, each `after.guarded` partition's runs counted after the
+   * one that set its guard.
    */
-  private buildRuns(prepared: Prepared[], most: number, emit: (run: Run) => void): void {
+  private buildRuns(prepared: Prepared[], most: number, after: RunsAfter | undefined, emit: (run: Run) => void): void {
     const byPartition = new Map<number, number[]>();
-    for (let i = 0; i < prepared.length; i++) {
+    for (let i = after?.from ?? 0; i < prepared.length; i++) {
       const indexes = byPartition.get(prepared[i].partition);
       if (indexes) indexes.push(i);
       else byPartition.set(prepared[i].partition, [i]);
@@ -636,8 +686,9 @@ export class EventrailPublisher {
       /** The field count of every event of `run` so far (without dedup: their values alone are in `events`); -1 once two differ. */
       let width = 0;
       let bytes = 0;
-      let runsBefore = 0;
-      let call: string | undefined;
+      const continued = after?.guarded.has(partition) === true;
+      let runsBefore = continued ? 1 : 0;
+      let call = continued ? after?.call : undefined;
       const flush = (more: boolean): void => {
         if (run.length === 0) return;
         let guard: RunGuard | undefined;
@@ -872,6 +923,50 @@ function publishFailed(event: string, error: unknown): Error {
   if (error instanceof Error && outcomeOf(error) === 'not-appended')
     return new RedisUnavailableError(`publish of "${event}" was refused, nothing was appended`, error);
   return new RedisUnavailableError(`publish of "${event}" failed after it was sent: it may or may not have been appended`, error);
+}
+
+/** Records the outcome of a transaction's first `count` appends (the commands after them are not events). */
+function settleTransaction(replies: AppendReply[], count: number, commit: Promise<TransactionOutcome>): Promise<void> {
+  return commit.then(
+    (answers) => {
+      for (let i = 0; i < count; i++) {
+        const answer = answers[i];
+        replies[i] = typeof answer === 'string' ? [null, answer] : [answer, null];
+      }
+    },
+    (error: unknown) => {
+      const failure = asError(error);
+      for (let i = 0; i < count; i++) replies[i] = [failure, null];
+    },
+  );
+}
+
+/**
+ * Records a call of `count` events whose transaction was discarded after its
+ * first `written` were written, `refusal` being why: once Redis answered its
+ * MULTI, so that none is reported not appended while in the log. Where Redis
+ * refused the MULTI, those written ran on their own and each has its own
+ * outcome; where the MULTI's answer was lost, they may or may not have run.
+ */
+function settleDiscarded(
+  replies: AppendReply[],
+  count: number,
+  written: number,
+  refusal: Error,
+  discarded: Promise<TransactionOutcome | undefined>,
+): Promise<void> {
+  return discarded.then(
+    (ran) => {
+      for (let i = 0; i < count; i++) {
+        const answer = ran?.[i];
+        replies[i] = typeof answer === 'string' ? [null, answer] : [answer ?? refusal, null];
+      }
+    },
+    (error: unknown) => {
+      const lost = asError(error);
+      for (let i = 0; i < count; i++) replies[i] = [i < written ? lost : refusal, null];
+    },
+  );
 }
 
 /** Records an appendMany reply for the events of `run` (see `settleRun`). */

@@ -22,9 +22,19 @@ export interface AppendTransaction {
   /** Something of it was written: only `commit` or `discard` ends it. */
   readonly started: boolean;
   add(partition: number, fields: readonly string[]): void;
+  /**
+   * Sets `call`'s run guard in `partition` as one run of it done, with the
+   * appends: runs sent after the transaction from `runsBefore` 1 land only
+   * if it did. Its place in the outcome follows the appends added before it.
+   */
+  guardRuns(partition: number, call: string, ttlMs: number): void;
   flush(): void;
   commit(): Promise<TransactionOutcome>;
-  discard(): void;
+  /**
+   * Ends it with DISCARD, dropping what was not flushed: undefined once nothing of it was appended, or, where
+   * Redis refused its MULTI (an ACL changed at run time), what each flushed append came to on its own.
+   */
+  discard(): Promise<TransactionOutcome | undefined>;
 }
 
 /**
@@ -368,7 +378,8 @@ export class EventrailScripts {
    * A transaction of appends built event by event (`add`), which may be
    * written in parts as it is built (`flush`, where `streamable`), then ended
    * with `commit` (each event's offset or error) or `discard` (nothing
-   * appended). Undefined where `appendTransaction` would answer undefined.
+   * appended, unless Redis refused its MULTI: see `AppendTransaction`).
+   * Undefined where `appendTransaction` would answer undefined.
    */
   beginTransaction(): AppendTransaction | undefined {
     if (!this.lean) return undefined;
@@ -381,6 +392,8 @@ export class EventrailScripts {
         return transaction.started;
       },
       add: (partition, fields) => transaction.add(keys.stream(partition), fields),
+      // The value a guarded run's script sets once one run of the call is done (appendMany-n.lua).
+      guardRuns: (partition, call, ttlMs) => transaction.addCommand(['SET', keys.runGuard(partition, call), '1', 'PX', String(ttlMs)]),
       flush: () => transaction.flush(),
       commit: () => transaction.commit(),
       discard: () => transaction.discard(),

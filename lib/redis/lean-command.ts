@@ -283,7 +283,8 @@ export interface TransactionAppend {
 
 /**
  * What each append of a transaction came to, in order: its offset, or the
- * error Redis answered for it (an error reply: it was not appended).
+ * error Redis answered for it (an error reply: it was not appended). A
+ * command other than an append (`addCommand`) has its reply in its place.
  */
 export type TransactionOutcome = Array<string | Error>;
 
@@ -306,6 +307,7 @@ class TransactionReplies {
 }
 
 const SETTLED = Promise.resolve();
+const DISCARD = ['DISCARD'];
 const NO_ARGUMENTS: never[] = [];
 
 /** An error reply from Redis (as ioredis gives it), not one made in this process (a timeout, a lost connection). */
@@ -463,12 +465,15 @@ const multiAnswered = new WeakMap<object, 'ok' | 'refused'>();
  * `QUEUED` replies are taken by one `QueuedReply`, which records them; EXEC's array
  * is the outcome. `flush` puts what was added so far on the wire, so Redis
  * queues it while the rest is built; `commit` ends it with EXEC, `discard`
- * with DISCARD (nothing appended). All of it must happen in one turn of the
- * event loop: nothing else is written on the connection meanwhile.
+ * with DISCARD, the appends not written yet dropped. All of it must happen in
+ * one turn of the event loop: nothing else is written on the connection
+ * meanwhile.
  *
- * Should Redis refuse the MULTI itself (an ACL without it), each XADD runs on
- * its own as it arrives and its own reply says what it came to, so the
- * outcome is still each append's; no transaction goes on that client again.
+ * Should Redis refuse the MULTI itself (an ACL without it, or one changed at
+ * run time after a MULTI was answered), each command written runs on its own
+ * as it arrives and its own reply says what it came to, so the outcome is
+ * still each append's, after a DISCARD too; no transaction goes on that
+ * client again.
  */
 export class LeanTransaction {
   private readonly replies = new TransactionReplies(0);
@@ -477,6 +482,8 @@ export class LeanTransaction {
   private readonly held: string[] = [];
   private pending = '*1\r\n$5\r\nMULTI\r\n';
   private count = 0;
+  /** The commands written so far (`flush`): what a DISCARD ends. */
+  private flushed = 0;
   private lastKey = '';
   private keyPart = '';
   /** Its MULTI part was written at once (not held in ioredis's offline queue): the rest is written behind it. */
@@ -493,7 +500,8 @@ export class LeanTransaction {
    * Whether Redis answered a MULTI on `client` before: then a transaction may
    * be flushed while it is built, and discarded if building it fails. (Where
    * MULTI was never answered, a refused MULTI would let the XADDs already sent
-   * run on their own.)
+   * run on their own; where it was, an ACL changed since may still refuse it,
+   * which `discard` answers.)
    */
   static confirmed(client: Redis | Cluster): boolean {
     return multiAnswered.get(client) === 'ok';
@@ -516,11 +524,25 @@ export class LeanTransaction {
     this.count++;
   }
 
+  /**
+   * Appends one command other than an XADD (`args`, its name first), such as
+   * a mark that commands sent after the transaction check: it runs with the
+   * appends or not at all. Its reply takes its place in the outcome (where
+   * MULTI was refused, as an Error that quotes it: only offsets stay text).
+   */
+  addCommand(args: readonly string[]): void {
+    let text = `*${args.length}\r\n`;
+    for (let i = 0; i < args.length; i++) text += bulk(args[i]);
+    this.pending += text;
+    this.count++;
+  }
+
   /** Writes what was added since the last flush (the socket's cork, if any, decides when it leaves). */
   flush(): void {
     if (this.pending === '') return;
     const text = this.pending;
     this.pending = '';
+    this.flushed = this.count;
     const internals = this.client as unknown as ClientInternals;
     if (this.direct === undefined) {
       this.open.written = text;
@@ -548,15 +570,7 @@ export class LeanTransaction {
       },
       (error: unknown) => {
         if (textOf(replies.opened) === 'OK') multiAnswered.set(this.client, 'ok');
-        // Redis refused MULTI itself: each XADD ran, or was refused, on its own, and its own reply says which;
-        // an XADD without a reply of its own (the connection dropped) may or may not have run.
-        if (isErrorReply(replies.opened)) {
-          multiAnswered.set(this.client, 'refused');
-          return replies.queued.map((one) => {
-            const text = textOf(one);
-            return text !== undefined && STREAM_ID.test(text) ? text : asErrorReply(one);
-          });
-        }
+        if (isErrorReply(replies.opened)) return this.ranAlone();
         // EXECABORT: refused while queued, nothing appended; the first refusal is the cause (OOM, READONLY, ...).
         const cause = replies.queued.find(isErrorReply);
         if (isErrorReply(error) && error.message.startsWith('EXECABORT') && cause) throw cause;
@@ -565,9 +579,54 @@ export class LeanTransaction {
     );
   }
 
-  /** Ends the transaction with DISCARD: nothing of it is appended (where MULTI was answered: see `confirmed`). */
-  discard(): void {
-    this.end('discard', '*1\r\n$7\r\nDISCARD\r\n').catch(() => undefined);
+  /**
+   * Ends the transaction with DISCARD, then EXEC: a user whose ACL refuses
+   * DISCARD (eventrail's own rules do not grant it) would otherwise stay
+   * inside the transaction, every later command of the connection answered
+   * QUEUED. Refused, DISCARD marks the transaction failed and the EXEC ends it
+   * with EXECABORT, running nothing; after a DISCARD that went through, the
+   * EXEC is refused (no MULTI), harmlessly. What was added and not written
+   * yet (`flush`) is dropped: never sent.
+   *
+   * Resolves, once Redis has answered, to undefined when nothing of it was
+   * appended (Redis had opened the transaction, or nothing of it was
+   * written), or, where Redis refused the MULTI (an ACL changed since
+   * `confirmed`), to what each command written came to on its own, in order:
+   * an append's offset means it is in the log. Rejects when MULTI's reply
+   * never came (the connection dropped): those may or may not have run.
+   */
+  discard(): Promise<TransactionOutcome | undefined> {
+    if (!this.started) return Promise.resolve(undefined);
+    this.pending = '';
+    const written = (this.count = this.flushed);
+    this.addCommand(DISCARD);
+    const { replies } = this;
+    const ended = (reply: unknown, error?: unknown): TransactionOutcome | undefined => {
+      if (isErrorReply(replies.opened)) return this.ranAlone().slice(0, written);
+      if (textOf(replies.opened) !== 'OK') {
+        // Not an error reply (which means not appended): whether the commands ran is not known.
+        if (error !== undefined) throw isErrorReply(error) ? new Error(`no reply to MULTI; EXEC answered ${error.message}`) : error;
+      } else multiAnswered.set(this.client, 'ok');
+      // The EXEC ran the transaction (a server whose refused DISCARD did not mark it failed): its appends are in.
+      if (Array.isArray(reply)) return reply.slice(0, written).map((one: unknown) => (typeof one === 'string' ? one : asErrorReply(one)));
+      // DISCARD, its EXECABORT, or the connection's close dropped the queued commands.
+      return undefined;
+    };
+    return this.end('exec', '*1\r\n$4\r\nEXEC\r\n').then(ended, (error: unknown) => ended(undefined, error));
+  }
+
+  /**
+   * Redis refused MULTI itself: each command written ran, or was refused, on
+   * its own, and its own reply says which; one without a reply of its own (the
+   * connection dropped) may or may not have run. No transaction goes on the
+   * client again.
+   */
+  private ranAlone(): TransactionOutcome {
+    multiAnswered.set(this.client, 'refused');
+    return this.replies.queued.map((one) => {
+      const text = textOf(one);
+      return text !== undefined && STREAM_ID.test(text) ? text : asErrorReply(one);
+    });
   }
 
   /** Writes the last command, and queues a part for each XADD's reply and a command for the last one's. */
