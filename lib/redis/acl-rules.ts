@@ -13,7 +13,7 @@ const FULL_COMMANDS = [
   ...['hget', 'hset', 'hsetnx', 'hgetall', 'hdel', 'hincrby', 'hvals'],
   ...['zadd', 'zrange', 'zrangebyscore', 'zremrangebyscore', 'zrem', 'zmscore'],
   ...['sadd', 'srem', 'smembers', 'sismember'],
-  ...['evalsha', 'eval', 'multi', 'exec', 'time', 'publish', 'subscribe', 'unsubscribe'],
+  ...['evalsha', 'eval', 'multi', 'exec', 'discard', 'time', 'publish', 'subscribe', 'unsubscribe'],
   ...['ping', 'hello', 'auth', 'select', 'quit'],
 ];
 
