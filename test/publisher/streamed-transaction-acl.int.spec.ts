@@ -15,8 +15,8 @@ import { RedisServer, startRedisServer } from '../support/redis-server';
  * answered a MULTI on the connection (lean-command.ts, `LeanTransaction`).
  * When building it fails late (a getter that throws, a big entry), what was
  * written is ended, and each event must be reported as what it came to, with
- * the publisher's user holding exactly eventrail's ACL rules: as they stand
- * (which do not grant DISCARD), and changed at run time to refuse MULTI, where
+ * the publisher's user holding exactly eventrail's ACL rules: as they stand,
+ * and changed at run time to refuse MULTI, where
  * the XADDs written run on their own. Each event is checked against XRANGE:
  * in the log exactly once if reported appended, at its offset; absent if not.
  */
