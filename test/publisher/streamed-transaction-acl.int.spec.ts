@@ -23,6 +23,10 @@ import { RedisServer, startRedisServer } from '../support/redis-server';
 const PARTITIONS = 4;
 /** Events per call: a transaction written in parts of 128. */
 const EVENTS = 600;
+/** Where the late failure comes: before the first part is written, at and around part boundaries, last. */
+const LATE_AT = [1, 127, 128, 129, 300, 450, 599];
+/** The events written in parts before the one at `late` fails (a part leaves once 128 are added and more follow). */
+const writtenBefore = (late: number): number => Math.floor(late / 128) * 128;
 
 describe('a publishMany written in parts, ended late, under eventrail ACL rules (MULTI granted, then refused at run time)', () => {
   let server: RedisServer;
@@ -55,12 +59,12 @@ describe('a publishMany written in parts, ended late, under eventrail ACL rules 
     return { publisher, client };
   }
 
-  function inputsOf(event: string, late: 'getter' | 'big'): PublishInput[] {
+  function inputsOf(event: string, late: 'getter' | 'big', at = late === 'getter' ? 450 : 500): PublishInput[] {
     let reads = 0;
     return Array.from({ length: EVENTS }, (_, n) => {
       let data: Record<string, unknown> = { n };
-      // Read once by the checks, and again as it is serialised: it throws then, after three parts were written.
-      if (late === 'getter' && n === 450)
+      // Read once by the checks, and again as it is serialised: it throws then, after the parts before it were written.
+      if (late === 'getter' && n === at)
         data = {
           get n(): number {
             if (++reads > 1) throw new Error('read twice');
@@ -68,7 +72,7 @@ describe('a publishMany written in parts, ended late, under eventrail ACL rules 
           },
         };
       // Over 16 KiB: an entry the transaction cannot take (it is indexed as it lands).
-      if (late === 'big' && n === 500) data = { n, big: 'x'.repeat(20_000) };
+      if (late === 'big' && n === at) data = { n, big: 'x'.repeat(20_000) };
       return { event, data, partition: n % PARTITIONS };
     });
   }
@@ -135,49 +139,54 @@ describe('a publishMany written in parts, ended late, under eventrail ACL rules 
     await createAclUser(redis, 'streamed-ok', 'secret', `${rules.full} ${rules.optional}`);
     const { publisher } = await publisherOf(prefix, 'streamed-ok');
 
-    const throwing = inputsOf('late', 'getter');
-    const refused = (await publisher.publishMany(throwing).catch((e: unknown) => e)) as PublishManyError;
-    expect(refused).toBeInstanceOf(PublishManyError);
-    expect(refused.outcomes).toEqual(throwing.map(() => 'not-appended'));
-    expect(await violations(prefix, 'late', throwing, refused)).toEqual([]);
-    await assertInStep(publisher, prefix);
+    for (const at of LATE_AT) {
+      const throwing = inputsOf(`late${at}`, 'getter', at);
+      const refused = (await publisher.publishMany(throwing).catch((e: unknown) => e)) as PublishManyError;
+      expect(refused).toBeInstanceOf(PublishManyError);
+      expect(refused.outcomes).toEqual(throwing.map(() => 'not-appended'));
+      expect(await violations(prefix, `late${at}`, throwing, refused)).toEqual([]);
+      await assertInStep(publisher, prefix);
 
-    const withBig = inputsOf('big', 'big');
-    const results = await publisher.publishMany(withBig);
-    expect(await violations(prefix, 'big', withBig, results)).toEqual([]);
-    expect(await runGuardsLeft(prefix)).toEqual([]);
-    await assertInStep(publisher, prefix);
+      const withBig = inputsOf(`big${at}`, 'big', at);
+      const results = await publisher.publishMany(withBig);
+      expect(await violations(prefix, `big${at}`, withBig, results)).toEqual([]);
+      expect(await runGuardsLeft(prefix)).toEqual([]);
+      await assertInStep(publisher, prefix);
+    }
   });
 
   it('MULTI refused by an ACL change at run time: what was written and ran on its own is reported appended, nothing lands twice', async () => {
     const prefix = uniquePrefix('streamed-acl-later');
     const rules = eventrailAclRules(prefix);
     await createAclUser(redis, 'streamed-later', 'secret', `${rules.full} ${rules.optional}`);
-    // Two connections on which Redis answered a MULTI, then the user loses MULTI.
-    const big = await publisherOf(prefix, 'streamed-later');
-    const getter = await publisherOf(prefix, 'streamed-later');
+    // Per position, two connections on which Redis answered a MULTI; then the user loses MULTI.
+    const connections = [];
+    for (const at of LATE_AT)
+      connections.push({ at, big: await publisherOf(prefix, 'streamed-later'), getter: await publisherOf(prefix, 'streamed-later') });
     await redis.call('ACL', 'SETUSER', 'streamed-later', '-multi');
 
-    // Event 500 is big: the 500 before it were written (they ran on their own), the rest go as runs.
-    const withBig = inputsOf('big', 'big');
-    const results = await big.publisher.publishMany(withBig);
-    expect(results).toHaveLength(EVENTS);
-    expect(await violations(prefix, 'big', withBig, results)).toEqual([]);
-    expect(await runGuardsLeft(prefix)).toEqual([]);
+    for (const { at, big, getter } of connections) {
+      // A big event: the parts written before it ran on their own, the rest go as runs.
+      const withBig = inputsOf(`big${at}`, 'big', at);
+      const results = await big.publisher.publishMany(withBig);
+      expect(results).toHaveLength(EVENTS);
+      expect(await violations(prefix, `big${at}`, withBig, results)).toEqual([]);
+      expect(await runGuardsLeft(prefix)).toEqual([]);
 
-    // Event 450's getter throws: the three parts written (384 events) ran on their own; the rest were never sent.
-    const throwing = inputsOf('late', 'getter');
-    const refused = (await getter.publisher.publishMany(throwing).catch((e: unknown) => e)) as PublishManyError;
-    expect(refused).toBeInstanceOf(PublishManyError);
-    expect(refused.outcomes).toEqual(throwing.map((_, n) => (n < 384 ? 'appended' : 'not-appended')));
-    expect(await violations(prefix, 'late', throwing, refused)).toEqual([]);
+      // A getter that throws: the parts written before it (384 events for 450) ran on their own; the rest were never sent.
+      const throwing = inputsOf(`late${at}`, 'getter', at);
+      const refused = (await getter.publisher.publishMany(throwing).catch((e: unknown) => e)) as PublishManyError;
+      expect(refused).toBeInstanceOf(PublishManyError);
+      expect(refused.outcomes).toEqual(throwing.map((_, n) => (n < writtenBefore(at) ? 'appended' : 'not-appended')));
+      expect(await violations(prefix, `late${at}`, throwing, refused)).toEqual([]);
 
-    // Neither connection writes a transaction again: the next calls go as runs, each event once.
-    for (const [i, { publisher, client }] of [big, getter].entries()) {
-      expect(LeanTransaction.confirmed(client)).toBe(false);
-      const next = inputsOf(`next${i}`, 'big');
-      expect(await violations(prefix, `next${i}`, next, await publisher.publishMany(next))).toEqual([]);
-      await assertInStep(publisher, prefix);
+      // Neither connection writes a transaction again: the next calls go as runs, each event once.
+      for (const [i, { publisher, client }] of [big, getter].entries()) {
+        if (writtenBefore(at) > 0) expect(LeanTransaction.confirmed(client)).toBe(false);
+        const next = inputsOf(`next${at}-${i}`, 'big');
+        expect(await violations(prefix, `next${at}-${i}`, next, await publisher.publishMany(next))).toEqual([]);
+        await assertInStep(publisher, prefix);
+      }
     }
   });
 });
