@@ -14,6 +14,13 @@ const AOF_ALWAYS = ['--appendonly', 'yes', '--appendfsync', 'always'];
 export class DurableRedis {
   /** Pids of every incarnation, the first one included. */
   readonly pids: number[] = [];
+  /**
+   * performance.now() just before the newest restart spawned its server: nothing
+   * can have been answered by that incarnation before. The promise of
+   * `crashAndRestart` settles later (it polls until the server answers, and
+   * its caller resumes later still under load), so a client may be served first.
+   */
+  restartSpawnedAt?: number;
 
   private constructor(
     readonly port: number,
@@ -48,6 +55,7 @@ export class DurableRedis {
     const killedAt = Date.now();
     await this.server.stop('SIGKILL');
     if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs));
+    this.restartSpawnedAt = performance.now();
     this.server = await startRedisServer(this.port, [...AOF_ALWAYS, '--dir', this.dir]);
     this.pids.push(this.server.pid);
     return Date.now() - killedAt;
