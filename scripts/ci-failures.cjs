@@ -20,10 +20,20 @@ for (const suite of result.testResults ?? []) {
   const failed = (suite.assertionResults ?? []).filter((test) => test.status === 'failed');
   if (failed.length === 0 && suite.status === 'failed') {
     // The suite itself failed (a syntax error, a hook that threw): its message says why.
-    lines.push(`  ${name}: ${plain(suite.message ?? '').trim().split('\n').slice(0, 6).join('\n    ')}`);
+    lines.push(
+      `  ${name}: ${plain(suite.message ?? '')
+        .trim()
+        .split('\n')
+        .slice(0, 6)
+        .join('\n    ')}`,
+    );
   }
   for (const test of failed) {
-    const message = plain(test.failureMessages?.[0] ?? '').trim().split('\n').slice(0, 4).join('\n      ');
+    const message = plain(test.failureMessages?.[0] ?? '')
+      .trim()
+      .split('\n')
+      .slice(0, 4)
+      .join('\n      ');
     lines.push(`  ${name} › ${test.fullName}\n      ${message.slice(0, 1500)}`);
   }
 }
