@@ -31,6 +31,12 @@ export function outboxRelay(size: Size): Scenario {
     title: `Outbox relay: ${events} committed rows to the log, batches of ${BATCH}`,
     variants: [
       { id: 'relay', label: 'outbox relay: committed rows to the log', events, run: (ctx) => relayThroughput(ctx, events) },
+      {
+        id: 'raw-relay',
+        label: 'raw relay: delete-and-read statement, multi-XADD script (no failed rows, no byte bounds, no dedup)',
+        events,
+        run: (ctx) => rawRelayThroughput(ctx, events),
+      },
       { id: 'publishMany', label: '`publishMany`, 500 a call', events, run: (ctx) => publishManyRate(ctx, events, false) },
       {
         id: 'publishMany-ids',
@@ -42,6 +48,8 @@ export function outboxRelay(size: Size): Scenario {
     targets: [
       { label: 'relay / `publishMany` (rows/s)', variant: 'relay', reference: 'publishMany', metric: 'rate', atLeast: 0.5 },
       { label: 'relay / `publishMany` with ids and dedup (rows/s)', variant: 'relay', reference: 'publishMany-ids', metric: 'rate' },
+      { label: 'relay / the raw relay (rows/s)', variant: 'relay', reference: 'raw-relay', metric: 'rate' },
+      { label: 'the raw relay / `publishMany` (rows/s)', variant: 'raw-relay', reference: 'publishMany', metric: 'rate' },
     ],
   };
 }
@@ -84,18 +92,20 @@ function database(): Promise<{ server: PostgresServer; url: string }> {
 interface OutboxApp {
   app: INestApplicationContext;
   pool: Pool;
+  outboxTable: string;
   close(): Promise<void>;
 }
 
 async function createOutboxApp(ctx: RunContext, relay: boolean): Promise<OutboxApp> {
   const { url } = await database();
   const pool = new Pool({ connectionString: url, max: 8 });
+  const tables = uniqueTables();
   @Module({
     imports: [
       EventrailModule.forRoot({ redis: ctx.url, prefix: ctx.prefix, dedupWindowMs: 600_000, autoStart: false }),
       EventrailOutboxModule.forRoot({
         connector: pgConnector(pool),
-        ...uniqueTables(),
+        ...tables,
         ensureSchema: true,
         relay: { enabled: relay, batchSize: BATCH },
         inbox: { pruneIntervalMs: 0 },
@@ -108,6 +118,7 @@ async function createOutboxApp(ctx: RunContext, relay: boolean): Promise<OutboxA
   return {
     app,
     pool,
+    outboxTable: tables.outboxTable,
     async close() {
       await app.close();
       await pool.end();
@@ -115,31 +126,104 @@ async function createOutboxApp(ctx: RunContext, relay: boolean): Promise<OutboxA
   };
 }
 
+/** `events` outbox rows written through `EventrailOutbox.publishMany` and committed in one transaction. */
+async function fillOutbox(app: INestApplicationContext, pool: Pool, events: number): Promise<void> {
+  const outbox = app.get(EventrailOutbox);
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    for (let from = 0; from < events; from += 1000) {
+      await outbox.publishMany(
+        client,
+        Array.from({ length: Math.min(1000, events - from) }, () => ({ event: BENCH_EVENT, data: PAYLOAD })),
+      );
+    }
+    await client.query('commit');
+  } finally {
+    client.release();
+  }
+}
+
 /** Rows committed in one transaction before the clock starts; timed from the commit to the relay's last append. */
 async function relayThroughput(ctx: RunContext, events: number): Promise<Measurement> {
   const { app, pool, close } = await createOutboxApp(ctx, true);
   try {
-    const outbox = app.get(EventrailOutbox);
     const relay = app.get(EventrailOutboxRelay);
-    const client = await pool.connect();
-    try {
-      await client.query('begin');
-      for (let from = 0; from < events; from += 1000) {
-        await outbox.publishMany(
-          client,
-          Array.from({ length: Math.min(1000, events - from) }, () => ({ event: BENCH_EVENT, data: PAYLOAD })),
-        );
-      }
-      await client.query('commit');
-    } finally {
-      client.release();
-    }
+    await fillOutbox(app, pool, events);
     const started = performance.now();
     await until(() => relay.stats().relayed >= events);
     const rate = perSecond(relay.stats().relayed, performance.now() - started);
     const done = await ctx.admin.xlen(new EventrailKeys(ctx.prefix, 1).stream(0));
     return { metrics: { rate }, expected: events, done };
   } finally {
+    await close();
+  }
+}
+
+/** XADD of runs of entries with the fields a relayed row's entry has (id, event, time, data), 8 arguments each. */
+const RAW_RELAY_XADD = `
+local ids = {}
+local n = 0
+for i = 1, #ARGV, 8 do
+  n = n + 1
+  ids[n] = redis.call('XADD', KEYS[1], '*', ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7])
+end
+return ids`;
+const RAW_RUN = 125;
+
+/**
+ * The floor of a relay on this host: what a skilled engineer writes with \`pg\` and ioredis to move the
+ * same committed rows to the same stream, at least once. One statement deletes the rows Redis acknowledged
+ * last and reads the next batch after the last id read (rows as arrays, \`data\` passed through as stored);
+ * it runs while the batch before is appended, in runs of 125 entries per script call, as sent. It has none
+ * of the relay's duties: no failed rows (a row that cannot be appended stops it), no byte bounds, no
+ * log ownership, no dedup of a row appended twice after a crash, no lock against a second relay.
+ */
+async function rawRelayThroughput(ctx: RunContext, events: number): Promise<Measurement> {
+  const { app, pool, outboxTable, close } = await createOutboxApp(ctx, false);
+  const redis = new Redis(ctx.url) as Redis & { rawRelayXadd(key: string, ...args: string[]): Promise<string[]> };
+  redis.defineCommand('rawRelayXadd', { numberOfKeys: 1, lua: RAW_RELAY_XADD });
+  const stream = new EventrailKeys(ctx.prefix, 1).stream(0);
+  const client = await pool.connect();
+  try {
+    await fillOutbox(app, pool, events);
+    await redis.ping();
+    const text = `with gone as (delete from ${outboxTable} where id = any($1::bigint[]))
+      select id, event_id, event, data from ${outboxTable} where id > $2 order by id limit ${BATCH}`;
+    const read = (deleting: string[], after: string): Promise<string[][]> =>
+      client.query<string[]>({ text, values: [deleting, after], rowMode: 'array' }).then((result) => result.rows);
+    const append = (rows: string[][]): Promise<string[][]> => {
+      const now = String(Date.now());
+      const calls: Array<Promise<string[]>> = [];
+      for (let from = 0; from < rows.length; from += RAW_RUN) {
+        const args: string[] = [];
+        for (const [, eventId, event, data] of rows.slice(from, from + RAW_RUN))
+          args.push('id', eventId, 'event', event, 'time', now, 'data', data);
+        calls.push(redis.rawRelayXadd(stream, ...args));
+      }
+      return Promise.all(calls);
+    };
+    let relayed = 0;
+    /** Appended and acknowledged, deleted by the next read. */
+    let acknowledged: string[] = [];
+    const started = performance.now();
+    let rows = await read([], '0');
+    while (rows.length > 0) {
+      const appending = append(rows);
+      // The next batch is read while this one is appended; the statement deletes the batch before this one.
+      const next = read(acknowledged, rows[rows.length - 1][0]);
+      await appending;
+      relayed += rows.length;
+      acknowledged = rows.map((row) => row[0]);
+      rows = await next;
+    }
+    // Timed as the relay is: to its last acknowledged append (its last delete is not timed either).
+    const rate = perSecond(relayed, performance.now() - started);
+    await client.query(`delete from ${outboxTable} where id = any($1::bigint[])`, [acknowledged]);
+    return { metrics: { rate }, expected: events, done: await ctx.admin.xlen(stream) };
+  } finally {
+    client.release();
+    redis.disconnect();
     await close();
   }
 }

@@ -1,5 +1,5 @@
 // Where a relayed outbox row's cost goes: the outbox-relay scenario's variants
-// (the relay, `publishMany` without ids, `publishMany` with ids and dedup)
+// (the relay, the raw relay, `publishMany` without ids, `publishMany` with ids and dedup)
 // alternating round by round (A B C, C B A, ...) on a redis-server of its own,
 // each measured by the CPU it costs per event in every process involved rather
 // than by its rate alone, which on a shared host follows the other load:
@@ -11,7 +11,8 @@
 //   /proc: Linux only), and the statements sent per relay batch.
 //
 // Each run is measured from its first `publishMany` on (the relay's first
-// batch: its rows are committed before), not over its app's start.
+// batch: its rows are committed before), or the raw relay's first read, not
+// over its app's start.
 //
 //   node -r @swc-node/register bench/tools/outbox-cost.ts [rounds] [variant,variant]
 //
@@ -38,17 +39,20 @@ let postmaster: string | undefined;
 
 const query = Client.prototype.query as (...args: unknown[]) => unknown;
 (Client.prototype as unknown as { query: unknown }).query = function (this: Client, ...args: unknown[]): unknown {
+  // The raw relay's first read (its only statements with rows as arrays) starts its window.
+  if (!window.started && (args[0] as { rowMode?: string } | undefined)?.rowMode === 'array') startWindow();
   if (window.started) window.statements++;
   return query.apply(this, args);
 };
+function startWindow(): void {
+  window.started = true;
+  window.node = nodeCpuUs();
+  window.pg = postgresCpuUs();
+  if (window.profile) void profiler?.post('Profiler.start');
+}
 const publishMany = EventrailPublisher.prototype.publishMany;
 EventrailPublisher.prototype.publishMany = function (this: EventrailPublisher, ...args: Parameters<typeof publishMany>) {
-  if (!window.started) {
-    window.started = true;
-    window.node = nodeCpuUs();
-    window.pg = postgresCpuUs();
-    if (window.profile) void profiler?.post('Profiler.start');
-  }
+  if (!window.started) startWindow();
   window.batches++;
   const started = performance.now();
   const appended = publishMany.apply(this, args);
@@ -163,7 +167,7 @@ async function main(): Promise<void> {
       for (const name of names) console.log(`  ${name.padEnd(22)} ${median(rows.map((row) => row[name] ?? 0)).toFixed(3)}`);
     }
     const relay = results.get('relay');
-    for (const reference of ['publishMany', 'publishMany-ids']) {
+    for (const reference of ['publishMany', 'publishMany-ids', 'raw-relay']) {
       const base = results.get(reference);
       if (!relay || !base) continue;
       const ratios = relay.map((row, i) => row.rate / base[i].rate);

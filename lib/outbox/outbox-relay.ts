@@ -257,7 +257,11 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     }
     if (inputs.length === 0) return 'more';
     let results;
-    const appending = this.publisher.publishMany(inputs);
+    // The data goes as stored: JSON text `toPublishInput` parsed (so it is JSON), not walked and serialised again.
+    const appending = this.publisher.publishStored(
+      inputs,
+      kept.map((row) => row.data as string),
+    );
     // A full batch: read the next one meanwhile (PostgreSQL and Redis work at once). Rows of the same key
     // as one in this batch have higher ids (the key lock), so the next batch never overtakes this one.
     // Only the rows being appended are left out of it: a row failed here and fixed at once must be read

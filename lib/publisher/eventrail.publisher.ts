@@ -267,7 +267,24 @@ export class EventrailPublisher {
     return this.publishBatch(events, options);
   }
 
-  private async publishBatch(events: ReadonlyArray<PublishInput>, options: { durability?: Durability }): Promise<PublishResult[]> {
+  /**
+   * The outbox relay's `publishMany`, not for apps: event `i`'s data is appended as `stored[i]`, JSON
+   * text the caller parsed into `events[i].data` (a row's data as it was stored), not walked and
+   * serialised again. Everything else (schema checks, options, `maxPayloadBytes`) as `publishMany`.
+   * @internal
+   */
+  publishStored(events: ReadonlyArray<PublishInput>, stored: readonly string[]): Promise<PublishResult[]> {
+    if (stored.length !== events.length) return Promise.reject(new Error(`${stored.length} data texts for ${events.length} events`));
+    const span = startPublishManySpan(this.options, events);
+    if (span) return span.track(this.publishBatch(span.input, {}, stored));
+    return this.publishBatch(events, {}, stored);
+  }
+
+  private async publishBatch(
+    events: ReadonlyArray<PublishInput>,
+    options: { durability?: Durability },
+    stored?: readonly string[],
+  ): Promise<PublishResult[]> {
     if (!Array.isArray(events)) throw new InvalidPublishOptionsError('(batch)', 'events', 'must be an array');
     // Every definition's schema checks its data before anything is prepared or sent.
     const named = publishedEventNames(events);
@@ -277,10 +294,10 @@ export class EventrailPublisher {
       if (lane !== undefined) lanes.push(lane);
     }
     const asking = events.length > 1 ? this.scriptsAsked(events.length) : undefined;
-    if (Array.isArray(named) && !asking && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options);
+    if (Array.isArray(named) && !asking && !this.order.waitingOn(lanes)) return this.publishChecked(events, named, options, stored);
     // Its place in the append order of each key it publishes to is taken now, in call order, whenever its checks answer.
     const checked = asking ? Promise.all([named, asking]).then(([names]) => names) : named;
-    return this.order.hold(lanes, checked, (names) => this.publishChecked(events, names, options));
+    return this.order.hold(lanes, checked, (names) => this.publishChecked(events, names, options, stored));
   }
 
   /**
@@ -310,12 +327,13 @@ export class EventrailPublisher {
     events: ReadonlyArray<PublishInput>,
     names: string[],
     options: { durability?: Durability },
+    stored?: readonly string[],
   ): Promise<PublishResult[]> {
     const now = Date.now();
     // Sent as runs on one connection (the usual publishMany): each event's data is serialised as its run is
     // built, while Redis appends the runs before it, rather than all of it before the first run leaves.
     const unwritten = events.length > 1 && !this.redis.isCluster && this.appendManyOk === true;
-    const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now, unwritten));
+    const prepared = events.map((input, i) => this.prepare(names[i], input?.data, input ?? {}, now, unwritten, stored?.[i]));
     const replicated = this.replicated('(batch)', options?.durability ?? mostDurable(events));
     if (prepared.length === 0) return [];
     this.assertReady();
@@ -821,6 +839,11 @@ export class EventrailPublisher {
     const json = stringifyChecked(data, (reason) => new InvalidEventDataError(event, 'data', reason)) as string | undefined;
     // A toJSON that answers undefined (the walk cannot see what it will answer): no JSON at all.
     if (json === undefined) throw new InvalidEventDataError(event, 'data', 'serialises to nothing (a toJSON that answers undefined)');
+    return this.bounded(event, json);
+  }
+
+  /** `json`, refused when it is over `maxPayloadBytes`. */
+  private bounded(event: string, json: string): string {
     const max = this.options.maxPayloadBytes;
     // A UTF-16 length of a third of the limit cannot exceed it in UTF-8: skip the byte count then.
     if (json.length * 3 > max) {
@@ -851,14 +874,21 @@ export class EventrailPublisher {
   /**
    * Checks one event and encodes it. With `unwritten` (a `publishMany` sent as streamed runs), data whose
    * walk bounds its JSON within `maxPayloadBytes` is serialised later, as its run is built (`fieldsOf`).
+   * With `stored` (`publishStored`), that text is the data's JSON.
    */
-  private prepare(event: string, data: unknown, options: PublishOptions, now: number, unwritten = false): Prepared {
+  private prepare(event: string, data: unknown, options: PublishOptions, now: number, unwritten = false, stored?: string): Prepared {
     validateEventName(event);
     if (options === null || typeof options !== 'object') {
       throw new InvalidPublishOptionsError(event, 'options', 'must be an object');
     }
-    const bound = jsonBytesBound(event, data);
-    const json = unwritten && bound <= this.options.maxPayloadBytes ? undefined : this.serialised(event, data);
+    let json: string | undefined;
+    // Parsed from that text, the data is plain JSON: the walk has nothing to refuse.
+    if (stored !== undefined) json = this.bounded(event, stored);
+    else {
+      // The walk refuses what is not plain JSON (a Date, a function) and bounds the JSON's size.
+      const bound = jsonBytesBound(event, data);
+      if (!unwritten || bound > this.options.maxPayloadBytes) json = this.serialised(event, data);
+    }
     const { key, headers, id } = options;
     let headersJson: string | undefined;
     if (headers !== undefined) {

@@ -106,6 +106,16 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
       const value = await redis.hget(keys.recovery(GROUP, 0), 'park:k:A');
       return value ? (JSON.parse(value) as { ids: string[]; c: number }) : undefined;
     };
+    /** What the workers did and what Redis holds, for a failure's message. */
+    const state = async (): Promise<string> =>
+      JSON.stringify({
+        calls: await calls(),
+        holding: await holding(),
+        handled: await handled(),
+        parked: await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'),
+        lease: await redis.get(keys.lease(GROUP, 0)).catch((error: Error) => error.message),
+        deadLetters: await publisherApp!.get(EventrailAdmin).deadLetterCount(GROUP),
+      });
     /**
      * Waits for `worker` to hang in a redelivery of A's head, held by `<prefix>:test:hold`, and kills it there.
      * The hold must be set before that redelivery can start (a redelivery that starts first may be handled
@@ -113,7 +123,10 @@ if (process.env.PARKED_ATTACK_CHILD === '1') {
      * may already be in the hold by the time the test reads anything.
      */
     const killInHeldRedelivery = async (worker: ChildProcess, holdsBefore: number): Promise<void> => {
-      await waitFor(async () => (await holding()).slice(holdsBefore).includes('A1'), 'a redelivery of A1 running');
+      await waitFor(
+        async () => (await holding()).slice(holdsBefore).includes('A1'),
+        async () => `a redelivery of A1 running; ${await state()}`,
+      );
       await waitFor(
         async () => (await redis.hget(keys.recovery(GROUP, 0), 'park:k:A'))?.includes('"r":1'),
         'the running redelivery stored',

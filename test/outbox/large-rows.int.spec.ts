@@ -107,4 +107,59 @@ describe('outbox rows of any size', () => {
     await waitFor(async () => (await app.get(EventrailOutboxAdmin).status()).failed === firstTooLarge.size, 'the large rows failed');
     expect((await logEntries(redis, prefix)).map((e) => e.id)).toEqual(expected);
   });
+  it("appends each row's data as stored, byte for byte (generated JSON texts), and fails exactly the rows that are not JSON or over maxPayloadBytes", async () => {
+    const random = seededRandom(47);
+    const tables = uniqueTables();
+    const prefix = uniquePrefix('stored');
+    const payloadBytes = 4 * KiB;
+    const app = await start(prefix, tables, 64 * KiB, payloadBytes);
+    await app.get(EventrailOutboxAdmin).status();
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
+    const space = (): string => pick(['', '', ' ', '\n', '\t ', '  \r\n']);
+    const scalar = (): string =>
+      pick([
+        () => String(Math.floor(random() * 2e9) - 1e9),
+        () => pick(['1e3', '-0', '2.50', '0.1E-7', '12345678901234567890']),
+        () => pick(['true', 'false', 'null']),
+        () => JSON.stringify(pick(['', 'plain', 'é', '𝄞', '\u2028', '"quoted"', '\\'])),
+        () => pick(['"\\u00e9"', '"\\ud834\\udd1e"', '"tab\\tnew\\nline"', '"\\/"']),
+      ])();
+    const value = (depth: number): string => {
+      const roll = random();
+      if (depth > 2 || roll < 0.4) return scalar();
+      const items = Array.from({ length: Math.floor(random() * 4) }, () => value(depth + 1));
+      if (roll < 0.7) return `[${space()}${items.join(`${space()},${space()}`)}${space()}]`;
+      const keys = items.map(
+        (item, i) => `${JSON.stringify(pick(['a', 'b', '__proto__', 'constructor', `k${i}`, '']))}${space()}:${space()}${item}`,
+      );
+      return `{${space()}${keys.join(`,${space()}`)}${space()}}`;
+    };
+    const rows: Array<{ name: string; data: string; ok: boolean }> = [];
+    for (let i = 0; i < 150; i++) {
+      const roll = random();
+      let data = `${space()}${value(0)}${space()}`;
+      if (roll < 0.06) data = pick(['{"unclosed": ', "{'single': 1}", 'NaN', '[1,]', '', 'undefined', '{"a":1}{"b":2}']);
+      else if (roll < 0.1) data = JSON.stringify({ pad: 'x'.repeat(payloadBytes) });
+      rows.push({ name: `r${i}`, data, ok: roll >= 0.1 });
+    }
+    // Keyless, so a failed row holds no other row back.
+    for (const row of rows) {
+      await pool.query(`insert into ${tables.outboxTable} (event_id, event, data, log) values ($1, 'hand.written', $2, $3)`, [
+        row.name,
+        row.data,
+        prefix,
+      ]);
+    }
+    const good = rows.filter((row) => row.ok);
+    const log = async (): Promise<Array<[string, string[]]>> => redis.xrange(`{${prefix}:0}:log`, '-', '+');
+    await waitFor(async () => (await log()).length === good.length, 'the good rows relayed');
+    await waitFor(async () => (await app.get(EventrailOutboxAdmin).status()).failed === rows.length - good.length, 'the bad rows failed');
+    const field = (fields: string[], name: string): string => fields[fields.indexOf(name) + 1];
+    expect((await log()).map(([, fields]) => ({ name: field(fields, 'id'), data: field(fields, 'data') }))).toEqual(
+      good.map(({ name, data }) => ({ name, data })),
+    );
+    const failed = (await pool.query(`select event_id, failed from ${tables.outboxTable} where failed is not null order by id`)).rows;
+    expect(failed.map((row: { event_id: string }) => row.event_id)).toEqual(rows.filter((row) => !row.ok).map((row) => row.name));
+    for (const row of failed) expect(row.failed).toMatch(/not JSON|maxPayloadBytes|bytes/);
+  });
 });

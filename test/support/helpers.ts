@@ -7,10 +7,13 @@ export function testRedisUrl(): string {
 // Shared with users' tests through the testing entry point (`nestjs-eventrail/testing`).
 export { deletePrefix, uniquePrefix } from '../../lib/testing/test-prefix';
 
-/** Polls `predicate` until it holds; fails with `message` after `timeoutMs`. Never a fixed sleep. */
+/**
+ * Polls `predicate` until it holds; fails with `message` after `timeoutMs` (a function is called then, and
+ * may read what the test can see, to say why). Never a fixed sleep.
+ */
 export async function waitFor<T>(
   predicate: () => T | Promise<T>,
-  message: string | (() => string),
+  message: string | (() => string | Promise<string>),
   timeoutMs = 20_000,
   intervalMs = 25,
 ): Promise<NonNullable<T>> {
@@ -24,7 +27,7 @@ export async function waitFor<T>(
       last = error;
     }
     if (Date.now() > deadline) {
-      const text = typeof message === 'function' ? message() : message;
+      const text = typeof message === 'function' ? await Promise.resolve(message()).catch((error: Error) => `(${error.message})`) : message;
       throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${text}${last ? ` (last error: ${(last as Error).message})` : ''}`);
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
