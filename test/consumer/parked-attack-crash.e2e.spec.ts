@@ -29,8 +29,11 @@ async function child(): Promise<void> {
     @OnEvent('account.changed', {
       group: GROUP,
       ordering: 'key',
-      lockTtlMs: 1_000,
-      heartbeatTtlMs: 1_000,
+      // Not shorter: a worker stalled past its lease on a loaded host takes its partition back and counts
+      // the redelivery still running in it as a crash (c), so a head with maxDeliveries 2 was dead-lettered
+      // after one kill (CI, Node 22 lane).
+      lockTtlMs: 2_500,
+      heartbeatTtlMs: 2_500,
       maxRetries: 0,
       maxDeliveries: Number(process.env.ATTACK_MAX_DELIVERIES ?? 3),
       redelivery: { delayMs: 100, factor: 2, maxDelayMs: 200, maxAgeMs: 600_000 },
