@@ -172,9 +172,10 @@ return ids`;
 const RAW_RUN = 125;
 
 /**
- * The floor of a relay on this host: what a skilled engineer writes with \`pg\` and ioredis to move the
+ * The floor of a relay on this host: what a skilled engineer writes with `pg` and ioredis to move the
  * same committed rows to the same stream, at least once. One statement deletes the rows Redis acknowledged
- * last and reads the next batch after the last id read (rows as arrays, \`data\` passed through as stored);
+ * last and reads the next batch after the last id read (rows as arrays, `data` passed through as stored;
+ * a row committed late with a lower id would be skipped: here every row is committed before it starts);
  * it runs while the batch before is appended, in runs of 125 entries per script call, as sent. It has none
  * of the relay's duties: no failed rows (a row that cannot be appended stops it), no byte bounds, no
  * log ownership, no dedup of a row appended twice after a crash, no lock against a second relay.
