@@ -10,9 +10,9 @@
 // - PostgreSQL: the CPU of the bench's cluster (its postmaster and backends, from
 //   /proc: Linux only), and the statements sent per relay batch.
 //
-// Each run is measured from its first `publishMany` on (the relay's first
-// batch: its rows are committed before), or the raw relay's first read, not
-// over its app's start.
+// Each run is measured from its first append on (the relay's first
+// `publishStored`: its rows are committed before; a reference's first
+// `publishMany`), or from the raw relay's first read, not over its app's start.
 //
 //   node -r @swc-node/register bench/tools/outbox-cost.ts [rounds] [variant,variant]
 //
