@@ -273,7 +273,7 @@ describe('a publishMany made as the connection closes (attack)', () => {
     }
   });
 
-  it('in the window, a transaction written in parts whose data fails late appends nothing; one with a big entry late goes as runs, whole and in order', async () => {
+  it('in the window, a transaction written in parts whose data fails late appends nothing; one with a big entry late lands whole and in order', async () => {
     const prefix = uniquePrefix('closing-late');
     const { publisher, client } = await publisherOf(prefix);
     let reads = 0;
