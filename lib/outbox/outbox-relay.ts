@@ -459,8 +459,8 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
       if (this.isHeld(rows[i])) continue;
       const { event, data, ...options } = inputs[i];
       try {
-        // Rows hold event names: the relay builds its inputs from them.
-        this.publisher.check(event as string, data, options);
+        // Rows hold event names: the relay builds its inputs from them. Judged on the stored text, as appended.
+        this.publisher.checkStored(event as string, data, rows[i].data as string, options);
       } catch (error) {
         await this.fail(session, rows[i], describeError(error));
         failed++;

@@ -348,6 +348,15 @@ export class EventrailPublisher {
     return { partition: this.prepare(event, data, options, Date.now()).partition };
   }
 
+  /**
+   * `check` of an event `publishStored` would append with `stored` as its data's JSON: the outbox relay's
+   * judgement of a row its append refused, made on the text that append measured.
+   * @internal
+   */
+  checkStored(event: string, data: unknown, stored: string, options: PublishOptions = {}): void {
+    this.prepare(event, data, options, Date.now(), false, stored);
+  }
+
   /** Appends `prepared` (a `publish` that cannot be coalesced, or a `publishMany`: `many`) and answers one result per event. */
   private async send(prepared: Prepared[], replicated: boolean, many = false): Promise<PublishResult[]> {
     // Appends queued by earlier `publish` calls go first: a later call must not overtake them.
@@ -882,13 +891,12 @@ export class EventrailPublisher {
       throw new InvalidPublishOptionsError(event, 'options', 'must be an object');
     }
     let json: string | undefined;
-    // Parsed from that text, the data is plain JSON: the walk has nothing to refuse.
+    // The walk refuses what is not plain JSON (a Date, a function; parsed from a stored text, a number
+    // out of range or nesting too deep) and bounds the JSON's size.
+    const bound = jsonBytesBound(event, data);
+    // A stored text is measured as it is: its whitespace and escapes count.
     if (stored !== undefined) json = this.bounded(event, stored);
-    else {
-      // The walk refuses what is not plain JSON (a Date, a function) and bounds the JSON's size.
-      const bound = jsonBytesBound(event, data);
-      if (!unwritten || bound > this.options.maxPayloadBytes) json = this.serialised(event, data);
-    }
+    else if (!unwritten || bound > this.options.maxPayloadBytes) json = this.serialised(event, data);
     const { key, headers, id } = options;
     let headersJson: string | undefined;
     if (headers !== undefined) {
