@@ -257,7 +257,7 @@ export class EventrailOutboxRelay implements OnModuleInit, OnApplicationBootstra
     }
     if (inputs.length === 0) return 'more';
     let results;
-    // The data goes as stored: JSON text `toPublishInput` parsed (so it is JSON), not walked and serialised again.
+    // The data goes as stored: the JSON text `toPublishInput` parsed (so it is JSON), checked but not serialised again.
     const appending = this.publisher.publishStored(
       inputs,
       kept.map((row) => row.data as string),

@@ -269,8 +269,9 @@ export class EventrailPublisher {
 
   /**
    * The outbox relay's `publishMany`, not for apps: event `i`'s data is appended as `stored[i]`, JSON
-   * text the caller parsed into `events[i].data` (a row's data as it was stored), not walked and
-   * serialised again. Everything else (schema checks, options, `maxPayloadBytes`) as `publishMany`.
+   * text the caller parsed into `events[i].data` (a row's data as it was stored): the parsed data is
+   * walked as `publishMany` walks it, the text is what is measured against `maxPayloadBytes` and
+   * appended, and nothing is serialised again. Everything else (schema checks, options) as `publishMany`.
    * @internal
    */
   publishStored(events: ReadonlyArray<PublishInput>, stored: readonly string[]): Promise<PublishResult[]> {
