@@ -6,7 +6,7 @@ export interface ProducerLimits {
   keys: number;
   /** Events per `publishMany`. */
   batch: number;
-  /** Stop after this many accepted events... */
+  /** Stop after this many accepted events (and once `keepGoingWhile`'s condition is false)... */
   target: number;
   /** ...or after this long, whichever comes first. */
   maxMs: number;
@@ -37,6 +37,7 @@ export class KeyedProducer {
   private readonly seqs: number[];
   private running = false;
   private loop?: Promise<void>;
+  private keepGoing: () => boolean = () => false;
 
   constructor(
     private readonly publisher: EventrailPublisher,
@@ -67,6 +68,15 @@ export class KeyedProducer {
     });
   }
 
+  /**
+   * Past its target (never past `maxMs`) the producer goes on while this holds: a chaos loop
+   * whose faults are not all made yet keeps it publishing, so a slow fault (a server that took
+   * seconds to start again on a loaded host) does not leave the run with a fault never made.
+   */
+  keepGoingWhile(condition: () => boolean): void {
+    this.keepGoing = condition;
+  }
+
   /** Resolves when the producer has finished on its own. */
   finished(): Promise<void> {
     return this.loop ?? Promise.resolve();
@@ -74,7 +84,7 @@ export class KeyedProducer {
 
   private async run(): Promise<void> {
     const deadline = this.startedAt + this.limits.maxMs;
-    while (this.accepted.size < this.limits.target && Date.now() < deadline) {
+    while ((this.accepted.size < this.limits.target || this.keepGoing()) && Date.now() < deadline) {
       const batch = this.nextBatch();
       let results: PublishResult[];
       try {
