@@ -6,10 +6,13 @@
 // what it has). Told to `await` a number of events, it reports `progress` once
 // it has handled that many in all, warm-up included (the interleaved rounds
 // wait for it before the other system's turn). LATENCY_DUMP=<file> also
-// writes each measured event's send time and latency (ms, one pair a line) to
+// writes each measured event's send time and latency (ms, one line each) to
 // <file>.<system> (the interleaved rounds run two consumers), to see when the
-// slow ones came.
+// slow ones came, and a third column: the time from the last socket 'data'
+// event of the process (the read's reply arriving) to the handler's start, which
+// splits a latency into before the reply reached the process and in the process.
 import { writeFileSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { childConfig, cpuMs, onCommands, report, runChild } from '../support/children';
 import { createLatencyConsumer, LatencySystem } from '../support/latency-consumers';
 import { BenchPayload, hostNow } from '../support/payload';
@@ -26,6 +29,15 @@ export interface LatencyConsumerConfig {
 }
 
 const DUMP = process.env.LATENCY_DUMP;
+/** With LATENCY_DUMP: when the last 'data' event of any socket of this process was emitted (`hostNow()`). */
+let lastData = 0;
+if (DUMP) {
+  const emit = Socket.prototype.emit as (this: Socket, event: string | symbol, ...args: unknown[]) => boolean;
+  Socket.prototype.emit = function (this: Socket, event: string | symbol, ...args: unknown[]): boolean {
+    if (event === 'data') lastData = hostNow();
+    return emit.call(this, event, ...args);
+  };
+}
 
 async function main(): Promise<void> {
   const config = childConfig<LatencyConsumerConfig>();
@@ -39,13 +51,14 @@ async function main(): Promise<void> {
   let awaited = Infinity;
   let reached: () => void = () => undefined;
   const arrivals = new Float64Array(config.expected);
+  const inProcess = new Float64Array(config.expected);
   const finish = (): void => {
     if (reported) return;
     reported = true;
     if (DUMP)
       writeFileSync(
         `${DUMP}.${config.system}`,
-        Array.from(samples.subarray(0, count), (v, i) => `${arrivals[i].toFixed(3)} ${v.toFixed(3)}`).join('\n'),
+        Array.from(samples.subarray(0, count), (v, i) => `${arrivals[i].toFixed(3)} ${v.toFixed(3)} ${inProcess[i].toFixed(3)}`).join('\n'),
       );
     const seen = Array.from(samples.subarray(0, count));
     report({
@@ -61,8 +74,12 @@ async function main(): Promise<void> {
     handled++;
     if (skipped < config.warmup) skipped++;
     else if (count < config.expected) {
-      if (DUMP) arrivals[count] = payload.sentAt;
-      samples[count++] = hostNow() - payload.sentAt;
+      const now = hostNow();
+      if (DUMP) {
+        arrivals[count] = payload.sentAt;
+        inProcess[count] = now - lastData;
+      }
+      samples[count++] = now - payload.sentAt;
       if (count === config.expected) finish();
     }
     if (handled >= awaited) {
