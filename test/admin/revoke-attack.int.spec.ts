@@ -131,9 +131,10 @@ describe('revoked leases under attack (in-process workers)', () => {
     const again = calls.filter((c) => c.start > resetAt);
     const slowEnd = calls.find((c) => c.n === 2)!.end!;
     const retakeMs = Math.min(...again.map((c) => c.start)) - slowEnd;
-    // Measured: about 1.5 s after the reset (the slow handler's rest), a few ms after it ended; 30 s is the TTL.
+    // Measured: about 1.5 s after the reset (the slow handler's rest), a few ms after it ended; 30 s is the TTL
+    // (5 s of room for a loaded host's stalls).
     expect(retakeMs).toBeGreaterThanOrEqual(0);
-    expect(retakeMs).toBeLessThan(1_000);
+    expect(retakeMs).toBeLessThan(5_000);
     // The reset asked for everything again: 1, 2 and 3 each started after it (the reset cleared the done-marks).
     for (const n of [1, 2, 3]) expect(again.some((c) => c.n === n)).toBe(true);
   });

@@ -78,7 +78,7 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
     let body = '';
     let before = 0;
     let statuses: number[] = [];
-    for (let round = 0; round < 8; round++) {
+    for (let round = 0; round < 20; round++) {
       batch = Array.from({ length: EVENTS }, (_, i) => ({
         specversion: '1.0',
         id: `crash-${round}-${i}`,
@@ -110,7 +110,7 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
       watcher.disconnect();
       statuses = [await cut];
       server = await startRedisServer(server.port, args);
-      if (statuses[0] !== 202) break;
+      if (statuses[0] !== 202 && before < EVENTS) break;
       // The app reconnects to the restarted server before the next round starts.
       const warm = JSON.stringify([{ specversion: '1.0', id: `warm-${round}`, source: 'urn:crash', type: 'crash.tested' }]);
       await waitFor(async () => (await post(port, warm)) === 202, 'the app publishing again after the restart', 30_000, 100);
@@ -150,5 +150,5 @@ describe.each(['express', 'fastify'] as const)('CloudEvents ingress: a batch cut
       twice: [...counts].filter(([, n]) => n > 1).map(([id]) => id),
       missing: batch.filter((e) => !counts.has(e.id)).map((e) => e.id),
     }).toEqual({ last: 202, entries: EVENTS, twice: [], missing: [] });
-  }, 150_000); // up to 8 rounds on a loaded host, where the batch often gets through whole before the kill
+  }, 240_000); // up to 20 rounds on a loaded host, where the batch often gets through whole before the kill (8 were not always enough)
 });

