@@ -104,7 +104,7 @@ describe('parked keys under attack: many keys failing at once', () => {
   // still put it behind 20,000 failing calls (2-4 s, every handler call waits for a permit in turn);
   // with at most 128 lines run at once: worst 332 ms (median 1 ms), and the 20,000 keys back drained
   // in 2.9 s.
-  it('20,000 keys failing: a healthy key is still handled within 2 s while their lines cycle through the tiers', async () => {
+  it('20,000 keys failing: a healthy key is still handled within 2 s (p99; the worst within 5 s) while their lines cycle through the tiers', async () => {
     const publisher = await parkAll(20_000, 1);
     const until = Date.now() + 15_000;
     const latencies: number[] = [];
