@@ -166,6 +166,11 @@ export class PartitionReader {
     this.ceiling = options.maxReadBytes;
   }
 
+  /** The last read came back full (or stopped at the byte bound): more entries are there at once. */
+  get isBehind(): boolean {
+    return this.behind;
+  }
+
   /**
    * Up to `count` entries after `after` (fewer when that many would be over `maxReadBytes`), waiting up
    * to `blockMs` for the first when caught up. No entries when Redis closed the connection under the read.

@@ -395,19 +395,16 @@ export class PartitionWorker {
     const recovering = this.recovery.active;
     this.recovery.consume(fetched.entries.length);
     this.cursor = fetched.lastOffset;
-    // The next read travels while this fetch is handled. A fetch of one entry (a consumer keeping up at a
-    // low rate) starts its handler first, so the read's syscall is not on the way to it; a longer fetch
-    // sends the read first, since synchronous handlers would run the whole fetch before it left.
-    let running: Promise<void>;
-    if (fetched.entries.length === 1) {
-      running = fetched.run(this.params.options.concurrency);
-      this.readFrom(this.cursor);
-    } else {
-      this.readFrom(this.cursor);
-      running = fetched.run(this.params.options.concurrency);
-    }
-    await running;
+    // Behind, the next read travels while this fetch is handled, sent first, since synchronous handlers
+    // would run the whole fetch before it left. Caught up, that read would only wait at Redis for the
+    // next append, and sent first its socket write sits between the fetch's entries (an async handler's
+    // first await lets it out): it goes once the fetch is handled, if it was handled whole (else the
+    // restart below reads).
+    const caughtUp = this.reader?.isBehind === false;
+    if (!caughtUp) this.readFrom(this.cursor);
+    await fetched.run(this.params.options.concurrency);
     if (this.draining) return 'end'; // the stopper commits the low watermark
+    if (caughtUp && fetched.complete) this.readFrom(this.cursor);
     const mark = fetched.watermark();
     const committing = this.commitPipelined(mark, fetched.handledIds, recovering);
     if (!(committing === true || (committing !== false && (await committing)))) return 'end';
