@@ -285,9 +285,38 @@ function checkDeadLetters(run: RunRecord, add: Add): void {
   }
 }
 
+/**
+ * A handler start that a SIGSTOP split from the lease check that let it start: the worker checked its
+ * lease (valid), was stopped before the handler read the clock, and resumed after another worker had
+ * handled and committed the event. No lease can prevent that (a pause between the check and the effect
+ * is what `lockTtlMs` bounds, not what fencing can), so the checker does not count it. Recognised by the
+ * attempt's `checkedAt`: the process's last valid check, at most `CHECK_TO_STOP_MS` before the freeze's
+ * start (the check and the handler call run in one synchronous stretch), and the handler's start after
+ * the freeze ended. A freeze can split at most `concurrency` starts (one per handler in flight); a worker
+ * that skipped its checks after resuming would start more, and those count.
+ */
+const CHECK_TO_STOP_MS = 50;
+/** Date.now() of two processes, read around a kill(2): ms apart at most. */
+const CLOCK_SLACK_MS = 2;
+
+function splitByFreeze(run: RunRecord, a: FuzzAttempt, used: Map<object, number>): boolean {
+  for (const f of run.freezes) {
+    if (f.pid !== a.pid || f.to === 0) continue;
+    const checkedBefore = a.checkedAt > 0 && a.checkedAt <= f.from + CLOCK_SLACK_MS && f.from - a.checkedAt <= CHECK_TO_STOP_MS;
+    if (!checkedBefore || a.startedAt < f.to - CLOCK_SLACK_MS) continue;
+    const count = used.get(f) ?? 0;
+    if (count >= run.schedule.consumer.concurrency) return false;
+    used.set(f, count + 1);
+    return true;
+  }
+  return false;
+}
+
 function checkIdempotency(run: RunRecord, add: Add): void {
   // Event id -> pids whose handler of it succeeded so far.
   const handledBy = new Map<string, Set<number>>();
+  // Freeze -> handler starts it split from their lease checks (splitByFreeze).
+  const split = new Map<object, number>();
   for (const a of run.attempts) {
     if (a.group !== GROUPS.fuzzIdem) continue;
     const pids = handledBy.get(a.eventId) ?? new Set<number>();
@@ -297,11 +326,12 @@ function checkIdempotency(run: RunRecord, add: Add): void {
     if (a.mark === null) continue;
     const committedAt = a.mark - FUZZ_MARK_TTL_MS;
     if (committedAt >= a.startedAt) continue;
+    if (splitByFreeze(run, a, split)) continue;
     const frozen = run.freezes.filter((f) => f.pid === a.pid && f.from <= a.startedAt);
     add(
       'idempotency',
       `${a.group}: handler for ${a.eventId} at ${ref(a.partition, a.offset)} (pid ${a.pid}, attempt ${a.attempt}) started at ${a.startedAt}, ` +
-        `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt})` +
+        `${a.startedAt - committedAt} ms after its done-mark was committed (${committedAt}), its process's last valid lease check at ${a.checkedAt}` +
         (staleOwner ? `; pid${[...pids].filter((p) => p !== a.pid).map((p) => ` ${p}`)} had handled it before` : '') +
         (frozen.length ? `; pid ${a.pid} had been SIGSTOPped ${frozen.map((f) => `${f.from}-${f.to}`).join(', ')}` : ''),
       staleOwner,

@@ -29,6 +29,7 @@ describe('fuzz invariants', () => {
     attempt: 1,
     pid: 1,
     startedAt: 1_000,
+    checkedAt: 1_000,
     outcome,
     mark: null,
     ...extra,
@@ -142,5 +143,43 @@ describe('fuzz invariants', () => {
       ['refusals', (r) => ({ ...r, publishes: [{ events: [8], many: false, from: 130, to: 131, refused: [] }] })],
     ];
     for (const [invariant, breakIt] of cases) expect(checkRun(breakIt(good())).map((v) => v.invariant)).toContain(invariant);
+  });
+
+  describe('idempotency: a handler start split from its lease check by a SIGSTOP', () => {
+    // Worker pid 1 checked its lease at 7,000, was stopped at 7,010 and resumed at 8,500; another worker
+    // committed e1's done-mark at 8,000 meanwhile. Its handler read the clock at 8,501.
+    const freeze = { pid: 1, from: 7_010, to: 8_500 };
+    const late = (extra: Partial<FuzzAttempt> = {}): FuzzAttempt =>
+      attempt(e1, GROUPS.fuzzIdem, 'H', { startedAt: 8_501, checkedAt: 7_000, mark: 8_000 + FUZZ_MARK_TTL_MS, ...extra });
+    const idempotency = (attempts: FuzzAttempt[], concurrency = 1): string[] => {
+      const run = good();
+      return checkRun({
+        ...run,
+        schedule: { ...run.schedule, consumer: { ...run.schedule.consumer, concurrency } },
+        freezes: [freeze],
+        attempts: [...run.attempts, ...attempts],
+      })
+        .filter((v) => v.invariant === 'idempotency')
+        .map((v) => v.detail);
+    };
+
+    it('is not counted when the check came just before the freeze and the start after it', () => {
+      expect(idempotency([late()])).toEqual([]);
+      expect(idempotency([late(), late({ eventId: 'id-3', offset: '3-0' })], 2)).toEqual([]);
+    });
+
+    it('is counted when the check came after the freeze began, long before it, or was never made', () => {
+      expect(idempotency([late({ checkedAt: 8_501 })])).toHaveLength(1);
+      expect(idempotency([late({ checkedAt: 6_000 })])).toHaveLength(1);
+      expect(idempotency([late({ checkedAt: 0 })])).toHaveLength(1);
+      // Another process's freeze does not excuse this one.
+      expect(idempotency([late({ pid: 2 })])).toHaveLength(1);
+    });
+
+    it('is counted past the handlers one freeze can split (concurrency): a worker starting more skipped its checks', () => {
+      const starts = [late(), late({ eventId: 'id-3', offset: '3-0' })];
+      expect(idempotency(starts, 1)).toHaveLength(1);
+      expect(idempotency(starts, 2)).toEqual([]);
+    });
   });
 });

@@ -111,6 +111,11 @@ export interface FuzzAttempt {
   pid: number;
   /** Date.now() when the handler was called. */
   startedAt: number;
+  /**
+   * Date.now() of the worker process's last lease check that found its lease still valid, before the
+   * handler was called (on the common path, the check that let this handler start; 0 before any).
+   */
+  checkedAt: number;
   /** H: the attempt succeeded (the event was handled); T: it threw a transient failure (`fail`); P: it threw as poison. */
   outcome: 'H' | 'T' | 'P';
   /**
@@ -122,11 +127,11 @@ export interface FuzzAttempt {
 
 /** The record without its outcome and mark, which the recording script appends. */
 export function encodeAttemptHead(a: Omit<FuzzAttempt, 'outcome' | 'mark'>): string {
-  return [a.group, a.partition, a.offset, a.eventId, a.key, a.attempt, a.pid, a.startedAt].join('|');
+  return [a.group, a.partition, a.offset, a.eventId, a.key, a.attempt, a.pid, a.startedAt, a.checkedAt].join('|');
 }
 
 export function decodeAttempt(value: string): FuzzAttempt {
-  const [group, partition, offset, eventId, key, attempt, pid, startedAt, outcome, mark] = value.split('|');
+  const [group, partition, offset, eventId, key, attempt, pid, startedAt, checkedAt, outcome, mark] = value.split('|');
   return {
     group,
     partition: Number(partition),
@@ -136,6 +141,7 @@ export function decodeAttempt(value: string): FuzzAttempt {
     attempt: Number(attempt),
     pid: Number(pid),
     startedAt: Number(startedAt),
+    checkedAt: Number(checkedAt),
     outcome: outcome as FuzzAttempt['outcome'],
     mark: mark ? Number(mark) : null,
   };

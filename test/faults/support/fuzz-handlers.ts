@@ -9,8 +9,28 @@
 import { Injectable, OnModuleDestroy, Type } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailMessage, NonRetryableError, OnEvent, RedisFullError } from '../../../lib';
+import { PartitionLease } from '../../../lib/consumer/coordination/lease';
 import { EventrailKeys } from '../../../lib/redis/keys';
 import { chaosKeys, encodeAttemptHead, EVENTS, FUZZ_MARK_TTL_MS, FuzzData, GROUPS } from './chaos-protocol';
+
+/**
+ * Date.now() of this process's last lease check that found the lease valid. The library checks a
+ * partition's lease before it calls each handler, and calls the handler right after (no await between
+ * on its common path): read at the handler's start, it says when the check that let it start was made,
+ * which the checker needs to tell a fencing bug from a SIGSTOP that landed between that check and the
+ * handler (invariants.ts, checkIdempotency). Recorded by wrapping `PartitionLease.mayHaveExpired`.
+ */
+let leaseCheckedAt = 0;
+const leaseCheck = Object.getOwnPropertyDescriptor(PartitionLease.prototype, 'mayHaveExpired')?.get;
+if (!leaseCheck) throw new Error('PartitionLease.mayHaveExpired is not a getter: the fuzz records cannot tell when the lease was checked');
+Object.defineProperty(PartitionLease.prototype, 'mayHaveExpired', {
+  configurable: true,
+  get(this: PartitionLease): boolean {
+    const expired = leaseCheck.call(this) as boolean;
+    if (!expired) leaseCheckedAt = Date.now();
+    return expired;
+  },
+});
 
 /** How often a record refused by a full Redis is tried again. */
 const OUT_OF_MEMORY_WAIT_MS = 50;
@@ -51,9 +71,20 @@ export class FuzzRecords implements OnModuleDestroy {
 
   async attempt(message: EventrailMessage<FuzzData>): Promise<void> {
     const startedAt = Date.now();
+    const checkedAt = leaseCheckedAt;
     const { group, partition, offset, id, key, attempt, data } = message;
     const poison = data.poison?.[group] ?? '';
-    const head = encodeAttemptHead({ group, partition, offset, eventId: id, key: key ?? '', attempt, pid: process.pid, startedAt });
+    const head = encodeAttemptHead({
+      group,
+      partition,
+      offset,
+      eventId: id,
+      key: key ?? '',
+      attempt,
+      pid: process.pid,
+      startedAt,
+      checkedAt,
+    });
     const run = (this.redis as unknown as { fuzzAttempt: (...args: Array<string | number>) => Promise<number> }).fuzzAttempt;
     const record = (): Promise<number> =>
       run.call(
