@@ -10,7 +10,8 @@ import { RedisServer, startRedisServer } from '../support/redis-server';
  * would only wait at Redis for the next append, and its socket write would sit between the fetch's entries
  * (an async handler's first await lets it out): it is sent once the fetch is handled. So while a handler
  * of a caught-up fetch runs, no read of the worker is blocked at Redis; once the fetch is done, one is, and
- * an event published then is handled at once, also after a failure retried in place.
+ * an event published then is handled at once, also after a failure retried in place. Only for a fetch of
+ * one or two entries: a longer caught-up fetch sends its read first, as a worker that is behind does.
  */
 
 let probe: Redis;
@@ -66,14 +67,22 @@ describe('when a partition worker reads', () => {
     await waitFor(() => seen.length === 1, 'the first event handled');
     await waitFor(async () => blockedClients(await probe.info('clients')) === 1, 'the worker blocked in its read again');
     seen.length = 0;
-    await publisher.publishMany([1, 2, 3].map((n) => ({ event: 'timed', data: { n } })));
-    await waitFor(() => seen.length === 3, 'the fetch handled');
-    expect(seen).toEqual([1, 2, 3].map((n) => ({ n, blockedReads: 0 })));
+    await publisher.publishMany([1, 2].map((n) => ({ event: 'timed', data: { n } })));
+    await waitFor(() => seen.length === 2, 'the fetch handled');
+    expect(seen).toEqual([1, 2].map((n) => ({ n, blockedReads: 0 })));
     await waitFor(async () => blockedClients(await probe.info('clients')) === 1, 'the next read blocked at Redis');
 
     await publisher.publish('timed', { n: 4 });
-    await waitFor(() => seen.length === 4, 'the next event handled');
-    expect(seen[3]).toEqual({ n: 4, blockedReads: 0 });
+    await waitFor(() => seen.length === 3, 'the next event handled');
+    expect(seen[2]).toEqual({ n: 4, blockedReads: 0 });
+  });
+
+  it('caught up with a longer fetch (events coming faster than a round trip): the next read waits at Redis while it is handled', async () => {
+    await publisher.publishMany([11, 12, 13, 14].map((n) => ({ event: 'timed', data: { n } })));
+    await waitFor(() => seen.length === 4, 'the fetch handled');
+    expect(seen.map((s) => s.n)).toEqual([11, 12, 13, 14]);
+    // The read went out before the first handler: by the last entry it is blocked at Redis.
+    expect(seen[3].blockedReads).toBe(1);
   });
 
   it('a failure retried in place in a caught-up fetch: every entry handled in order, then the worker waits at Redis again', async () => {

@@ -35,6 +35,8 @@ const READ_ERROR_BACKOFF_MS = 1_000;
  * (docs/performance.md). A crash replays at most 25 ms more.
  */
 const COMMIT_SPACING_MS = 25;
+/** The longest caught-up fetch whose next read is sent once it is handled rather than before (see runFetch). */
+const READ_AFTER_FETCH_MAX = 2;
 
 type Entry = RawEntry | MalformedEntry;
 
@@ -395,12 +397,15 @@ export class PartitionWorker {
     const recovering = this.recovery.active;
     this.recovery.consume(fetched.entries.length);
     this.cursor = fetched.lastOffset;
-    // Behind, the next read travels while this fetch is handled, sent first, since synchronous handlers
-    // would run the whole fetch before it left. Caught up, that read would only wait at Redis for the
-    // next append, and sent first its socket write sits between the fetch's entries (an async handler's
-    // first await lets it out): it goes once the fetch is handled, if it was handled whole (else the
-    // restart below reads).
-    const caughtUp = this.reader?.isBehind === false;
+    // The next read travels while this fetch is handled, sent first, since synchronous handlers would run
+    // the whole fetch before it left. But caught up with a fetch of an entry or two (events arriving
+    // slowly), that read would only wait at Redis for the next append, and sent first its socket write
+    // sits between the fetch's entries (an async handler's first await lets it out): it goes once the
+    // fetch is handled, if it was handled whole (else the restart below reads). Only for such short
+    // fetches: a longer one means events are arriving faster than a round trip, and a read held back
+    // until each fetch ends costs the worker a round trip per fetch (at 35,000 events/s the p99 went
+    // from 4 to 22 ms when every caught-up fetch waited).
+    const caughtUp = this.reader?.isBehind === false && fetched.entries.length <= READ_AFTER_FETCH_MAX;
     if (!caughtUp) this.readFrom(this.cursor);
     await fetched.run(this.params.options.concurrency);
     if (this.draining) return 'end'; // the stopper commits the low watermark
