@@ -70,6 +70,11 @@ describe('outbox: a log that joins a migrated table late', () => {
     const late = await start(third, tables, true);
     await pool.query(`insert into ${tables.outboxTable} (event_id, event, data, log) values ('mark3', 'a', '{}', $1)`, [third]);
     await waitFor(async () => (await logEntries(redis, third)).some((e) => e.id === 'mark3'), "the third log's own row relayed");
+    // The relay deletes a row once Redis acknowledged it, so the row outlives its entry for a moment.
+    await waitFor(
+      async () => (await pool.query(`select 1 from ${tables.outboxTable} where event_id = 'mark3'`)).rowCount === 0,
+      "the third log's own row deleted after its append",
+    );
     const owner = (
       await pool.query(`select column_default from information_schema.columns where table_name = $1 and column_name = 'log'`, [
         tables.outboxTable,
