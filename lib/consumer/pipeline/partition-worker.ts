@@ -529,18 +529,21 @@ export class PartitionWorker {
 
   /**
    * An entry could not be finished (its failure could not be recorded): read
-   * again from it rather than skipping it, on a fresh connection.
+   * again from it rather than skipping it, on a fresh connection. Not once
+   * draining (a hand-back or stop that came while the fetch's commit was
+   * awaited): the drain closed the read connection, and none is opened again.
    */
   private restartAt(offset: string): Promise<Step> {
+    if (this.draining) return Promise.resolve('end');
     this.cursor = offset;
     this.connection?.disconnect();
     this.connection = this.params.redis.duplicateForReads();
     return this.retryRead();
   }
 
-  /** Waits the read-error backoff, then reads again from the cursor; `end` when stopped meanwhile. */
+  /** Waits the read-error backoff, then reads again from the cursor; `end` when stopped or draining meanwhile. */
   private async retryRead(): Promise<Step> {
-    if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return 'end';
+    if ((await this.stop.sleep(READ_ERROR_BACKOFF_MS)) || this.draining) return 'end';
     this.readFrom(this.cursor);
     return 'continue';
   }
