@@ -114,6 +114,8 @@ export class PartitionWorker {
   private clearedRevoked = false;
   /** The stop gave up waiting for Redis: what still answers late is not reported. */
   private leaving = false;
+  /** The stop's final commit is done and the lease is being released: a redelivery that outlived the stop commits nothing. */
+  private released = false;
   private draining = false;
   /**
    * Ends the wait for the read in hand with no entries when draining starts (a read queued on a
@@ -272,6 +274,7 @@ export class PartitionWorker {
       if (mark && compareStreamIds(mark, this.committed) > 0) await this.commit(mark, this.current?.handledIds);
       else if (this.parking?.lines.hasChanges) await this.commit(this.committed);
       if (this.leaving) return;
+      this.released = true;
       // A final commit fenced because an operator revoked the lease meanwhile: cleared as above.
       if (!this.lost) await this.params.lease.release();
       else if (handlersEnded) await this.releaseRevoked();
@@ -437,7 +440,8 @@ export class PartitionWorker {
         break;
       } catch (error) {
         this.logger.warn(this.record(`could not load the parked lines (${describeError(error)}); retrying`));
-        if (await this.stop.sleep(READ_ERROR_BACKOFF_MS)) return false;
+        // A hand-back (a drain, which fires no stop) ends the retries too.
+        if ((await this.stop.sleep(READ_ERROR_BACKOFF_MS)) || this.draining) return false;
       }
     }
     if (this.draining) return false;
@@ -484,7 +488,9 @@ export class PartitionWorker {
     const { redis, lease } = this.params;
     const hash = redis.keys.recovery(lease.group, lease.partition);
     const commands = ParkedLines.commands(fields ?? (await redis.client.hgetall(hash)));
-    if (commands.length === 0) return;
+    // Stopped while they were read: this worker's lines may not be committed any more, so the commands
+    // stay in Redis for the next owner (deleted here, they would be lost with the lines they changed).
+    if (commands.length === 0 || this.draining) return;
     for (const command of commands) parking.lines.apply(command);
     await redis.client.hdel(hash, ...commands.map((c) => c.field));
     this.redelivery?.schedule();
@@ -492,7 +498,7 @@ export class PartitionWorker {
 
   /** Writes what changed in the parked lines (and the done-marks of `handledIds`) with a commit, and waits for it. */
   private persistParked(handledIds: readonly string[]): Promise<boolean> {
-    if (this.lost) return Promise.resolve(false);
+    if (this.lost || this.released || this.leaving) return Promise.resolve(false);
     if (handledIds.length === 0 && !this.parking?.lines.hasChanges) return Promise.resolve(true);
     this.commits.push(this.lastMark ?? this.committed, handledIds);
     return this.commits.flush();
