@@ -86,7 +86,8 @@ export interface ConsumerOptions {
    */
   heartbeatTtlMs?: number;
   /**
-   * On shutdown, how long to wait for running handlers before committing what is done and leaving.
+   * On shutdown or hand-back, how long to wait for running handlers before committing what is done and
+   * leaving. The lease stays renewed meanwhile, so this may be longer than `lockTtlMs`.
    * @default 10000
    */
   shutdownTimeoutMs?: number;

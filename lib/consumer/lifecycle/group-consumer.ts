@@ -56,6 +56,8 @@ export class GroupConsumer {
   readonly stats: GroupStats;
   private members: string[] = [];
   private timer?: NodeJS.Timeout;
+  /** The pace of ticks: a third of the shorter of the lease and heartbeat TTLs. */
+  private tickMs = 0;
   private running = false;
   /** Counts `stop()` calls: a start that sees the count move was stopped on its way, and undoes itself. */
   private stops = 0;
@@ -63,6 +65,17 @@ export class GroupConsumer {
   private readonly rebalancer = new SerialTask(
     () => this.balanceOnce(),
     () => this.running,
+  );
+  /**
+   * While the workers stop (no ticks then): the heartbeat, so this member stays live until it leaves (a
+   * member seen to lapse counts as crashed: its types are held, its leases taken back), and the renewals.
+   * One round at a time.
+   */
+  private readonly stopTicker = new SerialTask(
+    async () => {
+      await Promise.all([this.membership.heartbeat(), this.renewLeases()]).catch(() => undefined);
+    },
+    () => !this.running,
   );
   /** One tick at a time: while Redis is down a tick waits, and the timer's next ones would otherwise pile up behind it. */
   private readonly ticker = new SerialTask(
@@ -159,8 +172,8 @@ export class GroupConsumer {
     this.running = true;
     await this.announce(this.name);
     await this.rebalancer.run();
-    const interval = Math.max(100, Math.floor(Math.min(this.options.lockTtlMs, this.options.heartbeatTtlMs) / 3));
-    this.timer = setInterval(() => void this.ticker.run(), interval);
+    this.tickMs = Math.max(100, Math.floor(Math.min(this.options.lockTtlMs, this.options.heartbeatTtlMs) / 3));
+    this.timer = setInterval(() => void this.ticker.run(), this.tickMs);
     this.timer.unref();
     // A stop came while this start waited for Redis and found little or nothing running: what this start took goes back now.
     if (this.stops !== stops) await this.stop();
@@ -203,6 +216,10 @@ export class GroupConsumer {
     if (!this.running) return;
     this.running = false;
     clearInterval(this.timer);
+    // The heartbeat and the leases go on while the handlers finish (up to shutdownTimeoutMs, which may be longer
+    // than lockTtlMs): a lease that lapsed would let another member start the same events meanwhile.
+    const renewals = this.tickMs > 0 ? setInterval(() => void this.stopTicker.run(), this.tickMs) : undefined;
+    renewals?.unref();
     // The rebalance in progress is waited for alongside the workers, not before them: it may be waiting on Redis
     // (an acquire, an announce), and the handlers' time starts now. A lease it acquires from here on goes straight back.
     const handedBack = await deadline.within(
@@ -211,6 +228,9 @@ export class GroupConsumer {
         ...[...this.workers.values()].map((w) => w.stopGracefully(this.options.shutdownTimeoutMs)),
       ]),
     );
+    clearInterval(renewals);
+    // A heartbeat still on its way would put the member back after its leave.
+    await deadline.within(this.stopTicker.current);
     if (!this.redis.isReady()) return; // membership expires on its own
     if (handedBack === 'late' || (await deadline.within(this.leave(deadline))) === 'late') {
       const msg = `Group "${this.name}": Redis did not answer within shutdownTimeoutMs + ${SHUTDOWN_REDIS_WAIT_MS} ms; leaving without a clean hand-over (leases and membership expire on their own)`;
@@ -244,14 +264,7 @@ export class GroupConsumer {
     if (!this.running) return;
     const owned = this.activeWorkers();
     try {
-      const [members, ...renewed] = await Promise.all([this.membership.heartbeat(), ...owned.map((w) => w.lease.renew())]);
-      owned.forEach((w, i) => {
-        // 'unknown': the renewal did not reach Redis; the lease may still hold, try again next tick.
-        if (renewed[i] !== 'lost') return;
-        const msg = `Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`;
-        this.logger.warn(logRecord(msg, { group: this.name, partition: w.partition }));
-        w.abort();
-      });
+      const [members] = await Promise.all([this.membership.heartbeat(), this.renewLeases()]);
       if (this.tickFailing) this.logger.log(logRecord(`Group "${this.name}": Redis answers again`, { group: this.name }));
       this.tickFailing = false;
       await this.handBackUnreadable(owned);
@@ -265,6 +278,23 @@ export class GroupConsumer {
         this.logger.warn(logRecord(`Group "${this.name}": heartbeat failed (${describeError(error)}); retrying`, { group: this.name }));
       this.tickFailing = true;
     }
+  }
+
+  /**
+   * Renews the lease of every worker that holds one: the active ones, and those finishing their handlers
+   * after a hand-back or on shutdown. A worker whose lease is lost stops at once.
+   */
+  private async renewLeases(): Promise<void> {
+    const holding = [...this.workers.values()].filter((w) => w.holdsLease);
+    const renewed = await Promise.all(holding.map((w) => w.lease.renew()));
+    holding.forEach((w, i) => {
+      // 'unknown': the renewal did not reach Redis; the lease may still hold, try again next tick.
+      // A worker that released its lease while the renewal travelled is not told it lost it.
+      if (renewed[i] !== 'lost' || !w.holdsLease) return;
+      const msg = `Group "${this.name}" partition ${w.partition}: lease lost (expired or taken over); stopping it`;
+      this.logger.warn(logRecord(msg, { group: this.name, partition: w.partition }));
+      w.abort();
+    });
   }
 
   /** Reports the lag of the partitions this process works (see `readLag` for when it is exact). */
@@ -316,8 +346,11 @@ export class GroupConsumer {
           group: this.name,
         }),
       );
-      await Promise.all(extras.flatMap((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true) ?? []));
-      await this.announce(this.name);
+      // Not waited for here: their handlers may take up to shutdownTimeoutMs, and the ticks (the heartbeat,
+      // the renewals of every lease held, these included) go on meanwhile. The others are told once they are free.
+      void Promise.all(extras.flatMap((p) => this.workers.get(p)?.stopGracefully(this.options.shutdownTimeoutMs, true) ?? [])).then(() =>
+        this.announce(this.name),
+      );
       return;
     }
     let missing = share - owned.length;
@@ -454,8 +487,8 @@ export class GroupConsumer {
     this.reportLacking(lacking);
     const owned = this.activeWorkers();
     if (owned.length === 0) return;
-    await Promise.all(owned.map((w) => w.stopGracefully(this.options.shutdownTimeoutMs, true)));
-    await this.announce(this.name);
+    // Not waited for, as a rebalance's hand-back: the ticks renew these leases while their handlers finish.
+    void Promise.all(owned.map((w) => w.stopGracefully(this.options.shutdownTimeoutMs, true))).then(() => this.announce(this.name));
   }
 
   /**

@@ -178,6 +178,14 @@ export class PartitionWorker {
     return !this.draining;
   }
 
+  /**
+   * True while the lease is this worker's to keep: also while it stops (its handlers finish, its last
+   * commit is made), until it releases the lease, lost it, or gave up on Redis. Renewed for that long.
+   */
+  get holdsLease(): boolean {
+    return !this.lost && !this.released && !this.leaving;
+  }
+
   /** The offset this worker last committed (or found when it took the partition). */
   get committedOffset(): string {
     return this.committed;
@@ -219,6 +227,8 @@ export class PartitionWorker {
    * handlers already running finish. Either way at most `timeoutMs` is waited.
    */
   stopGracefully(timeoutMs: number, finishBatch = false): Promise<void> {
+    // A shutdown that comes while a hand-back finishes its batch: the rest of the batch does not start.
+    if (this.ended && !finishBatch) this.halt();
     this.ended ??= this.finish(timeoutMs, finishBatch);
     return this.ended;
   }
