@@ -602,7 +602,7 @@ export class GroupConsumer {
     // Wait for its stop to finish (commit, release) before the slot counts as free.
     // A stop settles; .catch only so that nothing here could ever be an unhandled rejection (a process-ending one by default).
     void worker
-      .stopGracefully(this.options.shutdownTimeoutMs)
+      .stopped(this.options.shutdownTimeoutMs)
       .catch(() => undefined)
       .then(() => {
         if (this.workers.get(worker.partition) === worker) this.workers.delete(worker.partition);

@@ -233,6 +233,11 @@ export class PartitionWorker {
     return this.ended;
   }
 
+  /** The stop under way, as it was asked for (a hand-back's goes on finishing its batch); a shutdown's if none is. */
+  stopped(timeoutMs: number): Promise<void> {
+    return this.ended ?? this.stopGracefully(timeoutMs);
+  }
+
   /** The lease is gone: stop now, commit nothing, release nothing (it belongs to someone else). */
   abort(): void {
     this.lost = true;
