@@ -14,10 +14,10 @@ import { RedisServer, startRedisServer } from '../support/redis-server';
 
 /**
  * Attacks on "a stopping worker keeps its partition until its handlers are done" (docs/reference/guarantees.md):
- * on shutdown and on a hand-back the worker starts nothing new and keeps renewing its lease while its running
- * handlers finish (up to shutdownTimeoutMs), then commits and releases; no other member starts those events
- * meanwhile; a hand-back holds up neither the heartbeat nor the renewals of the partitions kept; what runs
- * past shutdownTimeoutMs is left to the next owner. Leases are short (600 ms: a tick every 200 ms); handlers
+ * on shutdown the worker starts nothing new (on a hand-back it finishes the batch in hand) and keeps renewing its
+ * lease while its running handlers finish (up to shutdownTimeoutMs), then commits and releases; no other member
+ * starts those events meanwhile; a hand-back holds up neither the heartbeat nor the renewals of the partitions
+ * kept; what runs past shutdownTimeoutMs is left to the next owner; a lease revoked meanwhile is the exception. Leases are short (600 ms: a tick every 200 ms); handlers
  * are held by gates the test opens. Everything runs in this process, on real Redis.
  */
 
