@@ -6,6 +6,7 @@ import type { PartitionWorker } from '../../lib/consumer/pipeline/partition-work
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
+import { partitionWorker } from './support/internals';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -34,11 +35,8 @@ class Keyed {
   run(): void {}
 }
 
-type Internals = { groups: Map<string, { workers: Map<number, PartitionWorker> }> };
-
 function workerOf(app: INestApplicationContext, group: string): PartitionWorker {
-  const consumers = app.get(EventrailConsumers) as unknown as Internals;
-  return consumers.groups.get(group)!.workers.get(0)!;
+  return partitionWorker(app, group)!;
 }
 
 /** A parked line as a previous owner stored it: message `offset` of key `key`, tried once, next attempt at `n`. */

@@ -2,10 +2,10 @@ import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
 import { CommitQueue } from '../../lib/consumer/pipeline/commit-queue';
-import type { PartitionWorker } from '../../lib/consumer/pipeline/partition-worker';
 import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
+import { partitionWorker } from './support/internals';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -83,8 +83,7 @@ describe('a hand-back while a recovering worker waits for the commit of a fetch 
     app = await createApp({ redis: server.url, prefix, partitions: 1 }, [Failing]);
     const consumers = app.get(EventrailConsumers);
     await waitFor(() => consumers.ownership().rec?.length === 1, 'the partition owned');
-    const group = (consumers as unknown as { groups: Map<string, { workers: Map<number, PartitionWorker> }> }).groups.get('rec')!;
-    const worker = group.workers.get(0)!;
+    const worker = partitionWorker(app, 'rec')!;
     expect((worker as unknown as { recovery: { active: boolean } }).recovery.active).toBe(true);
 
     await app.get(EventrailPublisher).publishMany([

@@ -1,9 +1,9 @@
 import { Injectable, INestApplicationContext } from '@nestjs/common';
 import Redis from 'ioredis';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
-import type { PartitionWorker } from '../../lib/consumer/pipeline/partition-worker';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
+import { partitionWorker } from './support/internals';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -68,10 +68,10 @@ describe('a hand-back while a parked message is redelivered', () => {
     await publisher.publish('parked.event', { n: 'X1' }, { key: 'x' });
     await waitFor(() => world.reached, "X1's redelivery started (after its first failure parked it)");
 
-    const group = (consumers as unknown as { groups: Map<string, { workers: Map<number, PartitionWorker> }> }).groups.get('parking')!;
-    const handedBack = group.workers.get(0)!.stopGracefully(10_000, true);
+    const worker = partitionWorker(app, 'parking')!;
+    const handedBack = worker.stopGracefully(10_000, true);
     // The read loop ends at once (nothing else in hand); the redelivery is still running.
-    await waitFor(() => !group.workers.get(0)?.active, 'the worker draining');
+    await waitFor(() => !worker.active, 'the worker draining');
     open();
     await handedBack;
 

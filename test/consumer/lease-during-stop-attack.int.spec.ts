@@ -9,6 +9,7 @@ import { PartitionLease } from '../../lib/consumer/coordination/lease';
 import { GroupConsumer } from '../../lib/consumer/lifecycle/group-consumer';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
+import { groupConsumer } from './support/internals';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -203,8 +204,7 @@ describe('the lease of a worker that is stopping, attacked', () => {
     apps.splice(apps.indexOf(app), 1);
     return app.close();
   };
-  const groupOf = (app: INestApplicationContext, group: string): GroupConsumer =>
-    (app.get(EventrailConsumers) as unknown as { groups: Map<string, GroupConsumer> }).groups.get(group)!;
+  const groupOf = groupConsumer;
   /**
    * One process refuses a second consumer of a group with other event types (a mistake in one app); here the
    * apps stand for the processes of a rolling deploy, so the claim of the ones already running is given back.

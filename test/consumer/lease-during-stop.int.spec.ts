@@ -2,6 +2,7 @@ import { Injectable, INestApplicationContext } from '@nestjs/common';
 import { EventrailConsumers, EventrailMessage, EventrailPublisher, OnEvent } from '../../lib';
 import { GroupConsumer } from '../../lib/consumer/lifecycle/group-consumer';
 import { createApp } from '../support/app';
+import { groupConsumer } from './support/internals';
 import { uniquePrefix, waitFor } from '../support/helpers';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 
@@ -95,7 +96,7 @@ describe('the lease of a worker that is stopping', () => {
    * chance to take a lapsed lease), so the stopping member's lease has had 2.7 TTLs to lapse.
    */
   const pastLeases = async (app: INestApplicationContext): Promise<void> => {
-    const group = (app.get(EventrailConsumers) as unknown as { groups: Map<string, unknown> }).groups.get('slow');
+    const group = groupConsumer(app, 'slow');
     const from = ticks.get(group) ?? 0;
     await waitFor(() => (ticks.get(group) ?? 0) >= from + 8, 'eight ticks of the other member');
   };
