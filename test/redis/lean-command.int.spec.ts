@@ -147,13 +147,14 @@ describe('lean commands', () => {
   });
 
   it('applies the client’s keyPrefix and commandTimeout as its own methods do', async () => {
-    const prefixed = new Redis(server.url, { keyPrefix: 'pfx:', commandTimeout: 100 });
+    // A timeout a loaded machine's first commands cannot outlast (100 ms once timed out the XADD below, on CI).
+    const prefixed = new Redis(server.url, { keyPrefix: 'pfx:', commandTimeout: 1500 });
     try {
       await sendLean(prefixed, 'xadd', ['stream', '*', 'f', 'v']);
       expect(await redis.xlen('pfx:stream')).toBe(1);
       expect(await redis.exists('stream')).toBe(0);
       // A command that outlasts commandTimeout is rejected by ioredis's timer, through the command's own reject.
-      const timedOut = await sendLean(prefixed, 'blpop', ['empty-list', 2]).catch((error: unknown) => error);
+      const timedOut = await sendLean(prefixed, 'blpop', ['empty-list', 20]).catch((error: unknown) => error);
       expect((timedOut as Error).message).toMatch(/timed out/i);
     } finally {
       prefixed.disconnect();

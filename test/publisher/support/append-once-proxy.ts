@@ -19,19 +19,31 @@ export function replyEnd(buffer: Buffer, from: number): number {
   return at;
 }
 
+/** One proxied connection's reply accounting: replies still to pass (Infinity: all, -1: losing), bytes of a reply not yet whole. */
+interface Passing {
+  passing: number;
+  pending: Buffer;
+}
+
 /**
- * A TCP proxy to Redis that can lose replies (after `loseRepliesAfter(n)` it
- * passes the next `n` complete replies and drops every byte after them,
- * while every command still reaches Redis, which runs it), drop every
- * connection (`drop()`), and refuse the next `n` connections it accepts
+ * A TCP proxy to Redis that can lose replies (after `loseRepliesAfter(n)`
+ * each connection passes its next `n` complete replies and drops every byte
+ * after them, while every command still reaches Redis, which runs it), drop
+ * every connection (`drop()`), and refuse the next `n` connections it accepts
  * (`refuseNext(n)`: closed at once, before a byte passes), so that a
  * reconnect fails and the client closes again before it is ready.
+ *
+ * Replies are counted per connection: another client's reconnect handshake
+ * through the same proxy (an earlier test's app, after a `drop()`) must not
+ * spend the replies a test lets through to the connection it attacks.
  */
 export class AppendOnceProxy {
   private readonly server: Server;
   private readonly sockets = new Set<Socket>();
-  private passing = Infinity;
-  private pending = Buffer.alloc(0);
+  private readonly connections = new Set<Passing>();
+  /** What a connection accepted now starts with. */
+  private mode = Infinity;
+  private latest?: Passing;
   private refusing = 0;
   /** Connections refused so far. */
   refused = 0;
@@ -50,9 +62,15 @@ export class AppendOnceProxy {
     return proxy;
   }
 
+  /** Every open connection, and each one accepted from now on, passes its next `replies` replies and loses the rest. */
   loseRepliesAfter(replies: number): void {
-    this.passing = replies;
-    this.pending = Buffer.alloc(0);
+    this.mode = replies;
+    for (const connection of this.connections) Object.assign(connection, { passing: replies, pending: Buffer.alloc(0) });
+  }
+
+  /** How many replies the connection accepted last may still pass (-1 once it loses them). */
+  passingOnLatest(): number {
+    return this.latest?.passing ?? this.mode;
   }
 
   refuseNext(connections: number): void {
@@ -60,10 +78,10 @@ export class AppendOnceProxy {
   }
 
   drop(): void {
-    this.passing = Infinity;
-    this.pending = Buffer.alloc(0);
+    this.mode = Infinity;
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
+    this.connections.clear();
   }
 
   async close(): Promise<void> {
@@ -81,29 +99,32 @@ export class AppendOnceProxy {
     }
     this.accepted++;
     const upstream = connect(this.target, '127.0.0.1');
+    const connection: Passing = { passing: this.mode, pending: Buffer.alloc(0) };
+    this.connections.add(connection);
+    this.latest = connection;
     for (const socket of [client, upstream]) {
       this.sockets.add(socket);
       socket.on('error', () => undefined);
-      socket.on('close', () => (client.destroy(), upstream.destroy()));
+      socket.on('close', () => (client.destroy(), upstream.destroy(), this.connections.delete(connection)));
     }
     client.on('data', (chunk: Buffer) => upstream.write(chunk));
     upstream.on('data', (chunk: Buffer) => {
-      if (this.passing === Infinity) {
+      if (connection.passing === Infinity) {
         client.write(chunk);
         return;
       }
-      if (this.passing < 0) return; // lost
-      this.pending = Buffer.concat([this.pending, chunk]);
+      if (connection.passing < 0) return; // lost
+      const pending = Buffer.concat([connection.pending, chunk]);
       let end = 0;
-      while (this.passing > 0) {
-        const next = replyEnd(this.pending, end);
+      while (connection.passing > 0) {
+        const next = replyEnd(pending, end);
         if (next < 0) break;
         end = next;
-        this.passing--;
+        connection.passing--;
       }
-      if (end > 0) client.write(this.pending.subarray(0, end));
-      this.pending = this.passing > 0 ? this.pending.subarray(end) : Buffer.alloc(0);
-      if (this.passing === 0) this.passing = -1; // lose the rest
+      if (end > 0) client.write(pending.subarray(0, end));
+      connection.pending = connection.passing > 0 ? pending.subarray(end) : Buffer.alloc(0);
+      if (connection.passing === 0) connection.passing = -1; // lose the rest
     });
   }
 }
