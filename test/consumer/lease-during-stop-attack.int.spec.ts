@@ -218,6 +218,9 @@ describe('the lease of a worker that is stopping, attacked', () => {
     const from = ticks.get(consumer) ?? 0;
     await waitFor(() => (ticks.get(consumer) ?? 0) >= from + count, `${count} ticks of a member of "${group}"`);
   };
+  /** What happened so far, for a wait that timed out. */
+  const story = (): string =>
+    `starts: ${world.starts.join(', ')}; ends: ${world.ends.join(', ')}; lost: ${world.lost.join(', ')}; warnings: ${world.warnings.join(' | ')}`;
   const startsOf = (n: string): string[] => world.starts.filter((s) => s.endsWith(`:${n}`));
   const leaseLostWarnings = (): string[] => world.warnings.filter((w) => w.includes('lease lost'));
   /** Tokens renewed after their release was sent: a renewal that would keep a released lease alive. */
@@ -588,7 +591,7 @@ describe('the lease of a worker that is stopping, attacked', () => {
     ]);
     await waitFor(
       () => world.starts.includes('A:G') && world.starts.includes('A:X') && world.ends.includes('A:Z'),
-      'G runs, X failed, Z done',
+      () => `G runs, X failed, Z done on A (${story()})`,
     );
 
     const closing = close(first);

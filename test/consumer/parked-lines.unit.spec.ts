@@ -262,4 +262,56 @@ describe('ParkedLines', () => {
       expect(parseLine(value)).toBeUndefined();
     }
   });
+
+  it('answers has, holds and isHead as its lines hold, with few parked keys and with many, through parks and releases (generated)', () => {
+    // Up to 16 keys or heads a fetched entry is compared with each in turn, past that looked up: both sides of
+    // that limit, crossed back and forth, must answer what a plain model of the lines says.
+    for (const mode of ['key', 'unordered'] as const) {
+      for (const seed of [1, 2, 3, 4, 5, 6]) {
+        const random = seededRandom(seed);
+        const parked = lines(mode, { now: 1 });
+        const keyCount = seed % 2 === 0 ? 6 : 40;
+        const model = new Map<string, { key: string; ids: string[] }>();
+        const keyOf = new Map<string, string>();
+        let next = 1;
+        for (let step = 0; step < 400; step++) {
+          const key = `k${Math.floor(random() * keyCount)}`;
+          if (random() < 0.55 || model.size === 0) {
+            const offset = `${next++}-0`;
+            keyOf.set(offset, key);
+            const fresh = entry(offset, key);
+            if (parked.holds(fresh)) {
+              parked.behind(fresh);
+              model.get(`k:${key}`)!.ids.push(offset);
+            } else {
+              expect(parked.has(fresh)).toBe(false);
+              expect(parked.failed(fresh, failure())).toBe('parked');
+              const name = mode === 'key' ? `k:${key}` : `m:${offset}`;
+              model.set(name, { key, ids: [offset] });
+            }
+          } else {
+            const names = [...model.keys()];
+            const name = names[Math.floor(random() * names.length)];
+            parked.release(name);
+            const line = model.get(name)!;
+            line.ids.shift();
+            if (line.ids.length === 0) model.delete(name);
+          }
+          const parkedKeys = new Set([...model.values()].map((line) => line.key));
+          for (let k = 0; k < keyCount; k++) {
+            const probe = entry(`${next + 1_000_000}-0`, `k${k}`);
+            expect(parked.holds(probe)).toBe(mode === 'key' && parkedKeys.has(`k${k}`));
+            expect(parked.has(probe)).toBe(false);
+          }
+          for (const [offset, key] of keyOf) {
+            const probe = entry(offset, key);
+            const lines = [...model.values()];
+            expect(parked.has(probe)).toBe(lines.some((line) => line.ids.includes(offset)));
+            expect(parked.isHead(probe)).toBe(lines.some((line) => line.ids[0] === offset));
+          }
+        }
+        expect(parked.size).toBe(model.size);
+      }
+    }
+  });
 });

@@ -27,6 +27,8 @@ export interface ParkedCommand {
   /** `give-up`: the heads it gives up (those the operator saw), so a command applied twice never gives up the next head. */
   heads: string[];
 }
+/** Up to this many parked keys (or heads), a fetched entry is compared with each rather than looked up. */
+const SCAN_LIMIT = 16;
 /** The longest error text a line keeps. */
 const ERROR_CHARS = 500;
 
@@ -102,6 +104,14 @@ export class ParkedLines {
   private readonly heads = new Map<string, string>();
   /** `'m:'` lines by key: with `'key'` ordering, later messages of their key wait behind them too. */
   private readonly byKey = new Map<string, Set<string>>();
+  /**
+   * How many lines each key has (`k:<key>` and `m:` lines of it): every fetched entry asks, so a key
+   * with no line is answered by one lookup of the key as read, without building line names.
+   */
+  private readonly perKey = new Map<string, number>();
+  /** `perKey`'s keys and `heads`' ids while there are few (`SCAN_LIMIT`), compared in turn; undefined when changed. */
+  private keyList?: string[];
+  private headList?: string[];
   /**
    * When each line is due, as indexed in `dueHeap` (a line `due` handed out, or found busy, is not
    * indexed until `requeue`). An item of the heap whose time is not its line's entry here is stale.
@@ -204,9 +214,10 @@ export class ParkedLines {
    */
   has(entry: RawEntry | MalformedEntry): boolean {
     if (this.lines.size === 0) return false;
-    if (this.heads.has(entry.offset)) return true;
+    if (this.isHeadId(entry.offset)) return true;
     if (isMalformed(entry)) return false;
     const key = entry.key ?? '';
+    if (!this.keyHasLines(key)) return false;
     const names = [`k:${key}`, ...(this.byKey.get(key) ?? [])];
     return names.some((name) => this.lines.get(name)?.ids.includes(entry.offset) ?? false);
   }
@@ -214,8 +225,8 @@ export class ParkedLines {
   /** True when `entry` must wait behind a parked line (`'key'` mode: its key is parked). Malformed entries wait for nobody. */
   holds(entry: RawEntry | MalformedEntry): entry is RawEntry {
     if (this.lines.size === 0 || this.config.mode !== 'key' || isMalformed(entry)) return false;
-    const key = entry.key ?? '';
-    return this.lines.has(`k:${key}`) || this.byKey.has(key);
+    // A `k:<key>` line or an `m:` line of the key (`byKey`): what `perKey` counts.
+    return this.keyHasLines(entry.key ?? '');
   }
 
   /** Parks `entry` behind its key's line (it must `hold` it). An entry the line already has (read again) is not added twice. */
@@ -271,6 +282,7 @@ export class ParkedLines {
     const state = this.lines.get(line);
     if (!state) return;
     this.heads.delete(state.ids.shift()!);
+    this.headList = undefined;
     if (state.ids.length === 0) {
       this.remove(line, state);
       this.changed.set(line, null);
@@ -361,7 +373,7 @@ export class ParkedLines {
 
   /** True when `entry` is the head of its line (it is being redelivered). */
   isHead(entry: RawEntry | MalformedEntry): entry is RawEntry {
-    return !isMalformed(entry) && this.heads.has(entry.offset);
+    return !isMalformed(entry) && this.isHeadId(entry.offset);
   }
 
   state(line: string): Readonly<ParkedLineState> | undefined {
@@ -439,8 +451,11 @@ export class ParkedLines {
     if (old) this.remove(line, old);
     this.lines.set(line, state);
     this.heads.set(state.ids[0], line);
+    this.headList = this.keyList = undefined;
     this.headHeap.push(state.ids[0]);
     this.index(line, state);
+    const key = keyOfLine(line, state);
+    this.perKey.set(key, (this.perKey.get(key) ?? 0) + 1);
     if (line.startsWith('m:')) {
       const lines = this.byKey.get(state.k) ?? new Set<string>();
       this.byKey.set(state.k, lines.add(line));
@@ -448,11 +463,37 @@ export class ParkedLines {
   }
 
   private remove(line: string, state: ParkedLineState): void {
-    this.lines.delete(line);
+    this.headList = this.keyList = undefined;
+    if (this.lines.delete(line)) {
+      const key = keyOfLine(line, state);
+      const left = (this.perKey.get(key) ?? 1) - 1;
+      if (left > 0) this.perKey.set(key, left);
+      else this.perKey.delete(key);
+    }
     this.dueAt.delete(line);
     if (state.ids.length > 0 && this.heads.get(state.ids[0]) === line) this.heads.delete(state.ids[0]);
     const lines = this.byKey.get(state.k);
     if (lines?.delete(line) && lines.size === 0) this.byKey.delete(state.k);
+  }
+
+  /**
+   * True when `key` has a line. A fetched entry's key and id are strings just read, whose hash V8 has
+   * not worked out yet: a Map lookup computes it (hundreds of ns each, more than the rest of the
+   * entry's routing), where comparing against a few parked keys in turn does not.
+   */
+  private keyHasLines(key: string): boolean {
+    if (this.perKey.size > SCAN_LIMIT) return this.perKey.has(key);
+    const list = (this.keyList ??= [...this.perKey.keys()]);
+    for (let i = 0; i < list.length; i++) if (list[i] === key) return true;
+    return false;
+  }
+
+  /** True when `id` heads a line; see `keyHasLines` for why a few are compared in turn. */
+  private isHeadId(id: string): boolean {
+    if (this.heads.size > SCAN_LIMIT) return this.heads.has(id);
+    const list = (this.headList ??= [...this.heads.keys()]);
+    for (let i = 0; i < list.length; i++) if (list[i] === id) return true;
+    return false;
   }
 
   /** `line` changed: stored with the next commit, and indexed at its (maybe new) due time. */
@@ -479,6 +520,11 @@ export class ParkedLines {
     const full = Math.min(maxDelayMs, delayMs * factor ** Math.min(failed - maxRetries, 60));
     return Math.round(full / 2 + this.random() * (full / 2));
   }
+}
+
+/** The key a line is indexed under in `perKey`: named by it (`k:<key>`), or its messages' (`m:` lines). */
+function keyOfLine(line: string, state: ParkedLineState): string {
+  return line.startsWith('k:') ? line.slice(2) : state.k;
 }
 
 function errorText(error: unknown): string {
