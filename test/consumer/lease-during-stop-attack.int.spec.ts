@@ -90,7 +90,10 @@ const KEYED: OnEventGroupOptions = {
   maxRetries: 1,
   retryBackoffMs: 1_000,
   shutdownTimeoutMs: 20_000,
-  ...SHORT_LEASE,
+  // Longer than the others: the case waits for a handler to fail and another to end before the stop, and a
+  // host stall past a 600 ms lease there (once in a CI run on a loaded host) hands the partition to B early.
+  lockTtlMs: 1_500,
+  heartbeatTtlMs: 1_500,
 };
 /** A rolling deploy: the old members handle `deploy.old`, the new ones `deploy.new` as well. */
 const DEPLOY: OnEventGroupOptions = { group: 'deploy', ordering: 'partition', concurrency: 2, shutdownTimeoutMs: 20_000, ...SHORT_LEASE };
