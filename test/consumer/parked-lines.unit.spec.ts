@@ -314,4 +314,50 @@ describe('ParkedLines', () => {
       }
     }
   });
+
+  it('holds a key only for its own lines: one loaded under a name neither mode writes holds none, with few keys and with many (generated)', () => {
+    // A stored line is worked under the name it was stored with, whatever it is (`park:<name>`); it holds a later
+    // message of its key only when it is the key's line (`k:<key>`) or an 'unordered' line of it (`m:<id>`). A line
+    // under another name (a hand-edited hash, another version's name) holds nothing: holding the message would have
+    // the fetch count it parked behind a line that `behind` does not find, and it would be neither handled nor parked.
+    const stored = (id: string, k: string) => JSON.stringify({ ids: [id], k, a: 1, f: 1, n: 50, e: 'x', t: id, r: 0, c: 0 });
+    const parked = lines('key', { now: 100 });
+    expect(parked.load({ 'park:x': stored('1-0', 'A') })).toEqual([]);
+    expect(parked.holds(entry('2-0', 'A'))).toBe(false);
+    expect(parked.has(entry('2-0', 'A'))).toBe(false);
+    expect(parked.isHead(entry('1-0', 'A'))).toBe(true);
+    expect(parked.lineOf(entry('1-0', 'A'))).toBe('x');
+    const wrong: string[] = [];
+    for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+      const random = seededRandom(seed);
+      const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)];
+      // 4 keys stay under the 16 a fetched entry is compared with in turn; 24 go past it.
+      const keys = [...Array.from({ length: seed % 2 === 0 ? 4 : 24 }, (_, i) => `k${i}`), '', 'k:k0', 'm:1-0'];
+      const foreign = ['', 'x', 'K:k0', 'p:1', 'k', 'mk:0'];
+      const fields: Record<string, string> = {};
+      const holding = new Set<string>();
+      let next = 1;
+      for (let i = 0; i < 40; i++) {
+        const key = pick(keys);
+        const id = `${next++}-0`;
+        const r = random();
+        if (r < 0.3) fields[`${PARKED_FIELD_PREFIX}k:${key}`] = stored(id, key);
+        else if (r < 0.6) fields[`${PARKED_FIELD_PREFIX}m:${id}`] = stored(id, key);
+        else if (r < 0.8) fields[`${PARKED_FIELD_PREFIX}${pick(foreign)}`] = stored(id, key);
+        else fields[`${PARKED_FIELD_PREFIX}${pick(foreign)}`] = stored(id, `only${i}`); // a key no other line has
+        if (r < 0.6) holding.add(key);
+      }
+      const parked = lines('key', { now: 100 });
+      expect(parked.load(fields)).toEqual([]);
+      for (const key of [...keys, ...Array.from({ length: 40 }, (_, i) => `only${i}`)]) {
+        const later = entry(`${next++}-0`, key);
+        const holds = parked.holds(later);
+        if (holds !== holding.has(key)) wrong.push(`seed ${seed}, key ${JSON.stringify(key)}: holds ${holds}`);
+        if (!holds) continue;
+        parked.behind(later);
+        if (!parked.has(later)) wrong.push(`seed ${seed}, key ${JSON.stringify(key)}: held, in no line`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
 });

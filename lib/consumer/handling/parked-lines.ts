@@ -455,7 +455,7 @@ export class ParkedLines {
     this.headHeap.push(state.ids[0]);
     this.index(line, state);
     const key = keyOfLine(line, state);
-    this.perKey.set(key, (this.perKey.get(key) ?? 0) + 1);
+    if (key !== undefined) this.perKey.set(key, (this.perKey.get(key) ?? 0) + 1);
     if (line.startsWith('m:')) {
       const lines = this.byKey.get(state.k) ?? new Set<string>();
       this.byKey.set(state.k, lines.add(line));
@@ -464,8 +464,8 @@ export class ParkedLines {
 
   private remove(line: string, state: ParkedLineState): void {
     this.headList = this.keyList = undefined;
-    if (this.lines.delete(line)) {
-      const key = keyOfLine(line, state);
+    const key = keyOfLine(line, state);
+    if (this.lines.delete(line) && key !== undefined) {
       const left = (this.perKey.get(key) ?? 1) - 1;
       if (left > 0) this.perKey.set(key, left);
       else this.perKey.delete(key);
@@ -522,9 +522,13 @@ export class ParkedLines {
   }
 }
 
-/** The key a line is indexed under in `perKey`: named by it (`k:<key>`), or its messages' (`m:` lines). */
-function keyOfLine(line: string, state: ParkedLineState): string {
-  return line.startsWith('k:') ? line.slice(2) : state.k;
+/**
+ * The key a line is counted under in `perKey`: the key it is named by (`k:<key>`), or its message's (an
+ * `m:` line); none for a line stored under another name, which holds no message of its key.
+ */
+function keyOfLine(line: string, state: ParkedLineState): string | undefined {
+  if (line.startsWith('k:')) return line.slice(2);
+  return line.startsWith('m:') ? state.k : undefined;
 }
 
 function errorText(error: unknown): string {
