@@ -18,7 +18,7 @@ import { RedisServer, startRedisServer } from '../support/redis-server';
  * on shutdown the worker starts nothing new (on a hand-back it finishes the batch in hand) and keeps renewing its
  * lease while its running handlers finish (up to shutdownTimeoutMs), then commits and releases; no other member
  * starts those events meanwhile; a hand-back holds up neither the heartbeat nor the renewals of the partitions
- * kept; what runs past shutdownTimeoutMs is left to the next owner; a lease revoked meanwhile is the exception. Leases are short (600 ms: a tick every 200 ms); handlers
+ * kept; what runs past shutdownTimeoutMs is left to the next owner; a lease revoked meanwhile is the exception. Leases are short (600 ms: a tick every 200 ms; 1.5 s in the keyed case); handlers
  * are held by gates the test opens. Everything runs in this process, on real Redis.
  */
 

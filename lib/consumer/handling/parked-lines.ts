@@ -105,8 +105,8 @@ export class ParkedLines {
   /** `'m:'` lines by key: with `'key'` ordering, later messages of their key wait behind them too. */
   private readonly byKey = new Map<string, Set<string>>();
   /**
-   * How many lines each key has (`k:<key>` and `m:` lines of it): every fetched entry asks, so a key
-   * with no line is answered by one lookup of the key as read, without building line names.
+   * How many lines each key has (`k:<key>` and `m:` lines of it): every fetched entry asks whether its
+   * key has one (`keyHasLines`), without building line names.
    */
   private readonly perKey = new Map<string, number>();
   /** `perKey`'s keys and `heads`' ids while there are few (`SCAN_LIMIT`), compared in turn; undefined when changed. */
