@@ -95,6 +95,9 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
         reported = true;
       });
       client.on('ready', () => (reported = false));
+      // Its replies (each publish's XADD, a transaction's QUEUED and EXEC) are read by eventrail's own reader, as
+      // a worker's reads are (own-reply-reader.ts); never on the application's own client, which it may subscribe.
+      if ((client as { isCluster?: boolean }).isCluster !== true && ownReplyReaderEnabled()) readRepliesWithRespReader(client as Redis);
       this.client = client;
       this.owned = true;
     }

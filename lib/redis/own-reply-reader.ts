@@ -11,6 +11,8 @@ interface Internals {
   handleReconnection(error: Error, item: QueuedCommand): void;
   recoverFromFatalError(error: Error, commandError: Error, options: { offlineQueue: boolean }): void;
   emit(event: string, ...args: unknown[]): boolean;
+  /** ioredis 6.1's handler of the current socket: its `returnPush` acts on maintenance notifications. */
+  dataHandler?: { returnPush?(frame: unknown[]): void };
 }
 
 interface QueuedCommand {
@@ -55,9 +57,9 @@ export function readsWithRespReader(connection: Redis): boolean {
 /**
  * Reads the replies of `connection` with `RespReader` instead of ioredis's
  * decoder, on every socket it opens. ioredis's decoder is most of what a
- * partition worker's CPU goes to (docs/performance.md, "the drain"), and it
- * cannot be swapped per connection: ioredis keeps it in a closure of the
- * socket's `data` listener.
+ * partition worker's CPU goes to (docs/performance.md, "the drain"), and a
+ * good part of a publisher's; it cannot be swapped per connection: ioredis
+ * keeps it in a closure of the socket's `data` listener.
  *
  * On the connection's `connect` (emitted on the tick after ioredis put its
  * data handler on the new socket and wrote the handshake, so before any reply
@@ -69,15 +71,17 @@ export function readsWithRespReader(connection: Redis): boolean {
  * its commands fail). Replies have ioredis's types: bulk and simple strings as
  * Buffers, integers as numbers, errors as its decoder's `ReplyError`, RESP3 maps and
  * sets as flat arrays (ioredis's default `legacy` mapping, which its reply
- * transformers then shape per command), push frames dropped. Everything else
+ * transformers then shape per command), push frames dropped but for ioredis's
+ * maintenance notifications, which go to its own handler. Everything else
  * stays ioredis's: connecting, the handshake, TLS, Sentinel, reconnects, the
  * offline queue, timeouts.
  *
  * A socket keeps ioredis's decoder when the connection asks for the `resp3`
- * reply mapping, reads numbers as strings, subscribes or monitors (none of which a
- * worker's read connection does), or when the data handler is not found
- * (another ioredis): then nothing changes. For partition workers' read
- * connections only; never for the user's own client.
+ * reply mapping, reads numbers as strings, subscribes or monitors (none of which
+ * eventrail does on these connections), or when the data handler is not found
+ * (another ioredis): then nothing changes. For eventrail's own connection (the
+ * one it makes from its `redis` options) and the partition workers' read
+ * connections; never for the application's own client.
  */
 export function readRepliesWithRespReader(connection: Redis): boolean {
   const redis = connection as unknown as Internals & Record<string, unknown>;
@@ -101,8 +105,9 @@ function replaceDecoder(redis: Internals): void {
   const reader = new RespReader((reply) => answer(redis, reply), {
     ioredis: true,
     error: (message) => new ErrorReply(message),
-    // RESP3 push frames answer no command; a read connection subscribes to nothing, so there are none to deliver.
-    onPush: () => undefined,
+    // RESP3 push frames answer no command. A connection read here subscribes to nothing; what ioredis acts on
+    // besides pub/sub is its maintenance notifications, handed to its own handler.
+    onPush: (frame) => forwardMaintenance(redis, frame),
   });
   stream.removeListener('data', theirs[0] as (...args: unknown[]) => void);
   // First, as ioredis's was: the reply is read before its socket-timeout checks run.
@@ -116,6 +121,28 @@ function replaceDecoder(redis: Internals): void {
     }
   });
   readByUs.add(stream);
+}
+
+/**
+ * The push frames of ioredis 6.1's maintenance notifications (Redis Enterprise and Redis Cloud announce a
+ * migration or failover with them, on RESP3 connections, ioredis's default): ioredis relaxes its timeouts
+ * and moves the connection ahead of the migration (`maintNotifications`).
+ */
+const MAINTENANCE = new Set(['MOVING', 'MIGRATING', 'MIGRATED', 'FAILING_OVER', 'FAILED_OVER']);
+
+/** Hands a maintenance notification to the connection's own ioredis data handler, as its decoder would; drops other pushes. */
+function forwardMaintenance(redis: Internals, frame: RespValue[]): void {
+  const kind = frame[0];
+  const name = Buffer.isBuffer(kind) ? kind.toString('latin1') : typeof kind === 'string' ? kind : undefined;
+  if (name === undefined || !MAINTENANCE.has(name)) return;
+  try {
+    redis.dataHandler?.returnPush?.(frame);
+  } catch (error) {
+    // As `answer`: what a handler throws must not stop the reading of the replies after it.
+    process.nextTick(() => {
+      throw error;
+    });
+  }
 }
 
 /** Settles the command at the head of the queue with `reply`, as ioredis's data handler does. */

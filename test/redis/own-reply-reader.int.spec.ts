@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import diagnostics from 'node:diagnostics_channel';
 import Redis, { ReplyError, type RedisOptions } from 'ioredis';
 import { ownReplyReaderEnabled, readRepliesWithRespReader, readsWithRespReader, READER_INTERNALS } from '../../lib/redis/own-reply-reader';
 import { sendLean, sendLeanScript } from '../../lib/redis/lean-command';
@@ -6,6 +7,9 @@ import { leanScript } from '../../lib/redis/scripts';
 import { RedisServer, startRedisServer } from '../support/redis-server';
 import { seededRandom } from '../support/seeded-random';
 import { waitFor } from '../support/helpers';
+import { createApp } from '../support/app';
+import { EventrailPublisher } from '../../lib';
+import { EventrailRedis } from '../../lib/redis/eventrail-redis';
 
 type Call = [name: string, ...args: Array<string | number | Buffer>];
 
@@ -264,6 +268,61 @@ describe('own reply reader under ioredis', () => {
     } finally {
       resp2.disconnect();
     }
+  });
+
+  it('reads the replies of eventrail’s own connection (publishing), never of the application’s own client', async () => {
+    const own = await createApp({ redis: server.url, prefix: 'own-reader' });
+    const given = new Redis(server.url);
+    const adopted = await createApp({ redis: given, prefix: 'own-reader' });
+    try {
+      expect(readsWithRespReader(own.get(EventrailRedis).client as Redis)).toBe(true);
+      expect(adopted.get(EventrailRedis).client).toBe(given);
+      expect(readsWithRespReader(given)).toBe(false);
+      // A publish's XADD and a publishMany's QUEUED and EXEC replies, read by it, answer as through ioredis.
+      const publisher = own.get(EventrailPublisher);
+      const one = await publisher.publish('own.reader', { n: 0 });
+      const many = await publisher.publishMany(Array.from({ length: 300 }, (_, n) => ({ event: 'own.reader', data: { n: n + 1 } })));
+      const entries = await given.xrange(own.get(EventrailRedis).keys.stream(0), '-', '+');
+      expect([one, ...many].map((published) => published.offset)).toEqual(entries.map(([offset]) => offset));
+      expect(entries.map(([, fields]) => JSON.parse(fields[fields.indexOf('data') + 1]).n)).toEqual(
+        Array.from({ length: 301 }, (_, n) => n),
+      );
+    } finally {
+      await own.close();
+      await adopted.close();
+      given.disconnect();
+    }
+  });
+
+  it('hands ioredis’s maintenance notifications to its own handler, as its decoder does, and reads on after them', async () => {
+    // Redis Enterprise and Redis Cloud send these pushes before a migration or failover; a Redis of our own
+    // does not, so the frames are put on the live socket as the server would write them, on both connections.
+    const seen = new Map<Redis, unknown[]>();
+    const kinds = (connection: Redis): unknown[] => seen.get(connection) ?? [];
+    const onNotification = (notification: unknown): void => {
+      // The diagnostics channel says which connection only by timing: each connection is sent its frames alone.
+      seen.get(current)?.push(notification);
+    };
+    let current: Redis = plain;
+    diagnostics.subscribe('ioredis:maintenance', onNotification);
+    try {
+      for (const connection of [plain, ours]) {
+        current = connection;
+        seen.set(connection, []);
+        const stream = (connection as unknown as { stream: NodeJS.EventEmitter }).stream;
+        // A notification split across chunks, a pub/sub-looking push that answers nothing, and the end of the window.
+        const frames = Buffer.from(
+          '>4\r\n$9\r\nMIGRATING\r\n:7\r\n:15\r\n$5\r\n["1"]\r\n>2\r\n$10\r\ninvalidate\r\n*0\r\n>2\r\n$8\r\nMIGRATED\r\n:8\r\n',
+        );
+        stream.emit('data', frames.subarray(0, 11));
+        stream.emit('data', frames.subarray(11));
+        expect(await connection.ping('after the notifications')).toBe('after the notifications');
+      }
+    } finally {
+      diagnostics.unsubscribe('ioredis:maintenance', onNotification);
+    }
+    expect(kinds(plain).map((n) => (n as { type: string }).type)).toEqual(['MIGRATING', 'MIGRATED']);
+    expect(kinds(ours)).toEqual(kinds(plain));
   });
 
   it('leaves ioredis’s decoder where the connection asks for the resp3 reply mapping, reads numbers as strings, or EVENTRAIL_REPLY_READER=ioredis', async () => {
