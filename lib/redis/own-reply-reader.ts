@@ -7,10 +7,11 @@ interface Internals {
   status: string;
   options: { stringNumbers?: boolean };
   condition?: { replyMapping?: string; subscriber?: unknown };
-  commandQueue: { shift(): QueuedCommand | undefined };
+  commandQueue: { shift(): QueuedCommand | undefined; length: number };
+  listenerCount(event: string | symbol): number;
   handleReconnection(error: Error, item: QueuedCommand): void;
   recoverFromFatalError(error: Error, commandError: Error, options: { offlineQueue: boolean }): void;
-  emit(event: string, ...args: unknown[]): boolean;
+  emit(event: string | symbol, ...args: unknown[]): boolean;
   /** ioredis 6.1's handler of the current socket: its `returnPush` acts on maintenance notifications. */
   dataHandler?: { returnPush?(frame: unknown[]): void };
 }
@@ -35,6 +36,20 @@ const ErrorReply = ((): new (message: string) => Error => {
     // another ioredis layout
   }
   return ReplyError as new (message: string) => Error;
+})();
+
+/**
+ * The event ioredis 6.1's data handler emits on the connection when a reply empties its command queue (a
+ * maintenance handoff waits for it before it moves the connection); undefined in another ioredis layout.
+ */
+const QUEUE_DRAINED = ((): symbol | undefined => {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const drained = (require('ioredis/built/DataHandler') as { COMMAND_QUEUE_DRAINED?: unknown }).COMMAND_QUEUE_DRAINED;
+    return typeof drained === 'symbol' ? drained : undefined;
+  } catch {
+    return undefined;
+  }
 })();
 
 /** What gives ioredis's data handler away among a socket's `data` listeners: it feeds its decoder. */
@@ -145,6 +160,16 @@ function forwardMaintenance(redis: Internals, frame: RespValue[]): void {
   }
 }
 
+/**
+ * Tells a waiter that the command queue is empty, as ioredis's handler does: once this turn is over and the
+ * queue still empty (settling a command may send it again: `reconnectOnError`).
+ */
+function signalDrained(redis: Internals, drained: symbol): void {
+  process.nextTick(() => {
+    if (redis.commandQueue.length === 0) redis.emit(drained);
+  });
+}
+
 /** Settles the command at the head of the queue with `reply`, as ioredis's data handler does. */
 function answer(redis: Internals, reply: RespValue): void {
   const item = redis.commandQueue.shift();
@@ -152,6 +177,8 @@ function answer(redis: Internals, reply: RespValue): void {
     redis.emit('error', new Error(`Command queue state error: a reply came with no command waiting for it (${describe(reply)})`));
     return;
   }
+  if (QUEUE_DRAINED !== undefined && redis.commandQueue.length === 0 && redis.listenerCount(QUEUE_DRAINED) > 0)
+    signalDrained(redis, QUEUE_DRAINED);
   try {
     if (reply instanceof Error) {
       Object.assign(reply, { command: { name: item.command.name, args: item.command.args } });

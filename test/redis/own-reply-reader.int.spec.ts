@@ -325,6 +325,21 @@ describe('own reply reader under ioredis', () => {
     expect(kinds(ours)).toEqual(kinds(plain));
   });
 
+  it('tells a waiter when its replies have emptied the command queue, as ioredis’s handler does (a maintenance handoff waits for it)', async () => {
+    // ioredis 6.1's own (private) wait, as its maintenance handoff calls it.
+    const waitForDrain = (connection: Redis): Promise<void> =>
+      (connection as unknown as { waitForCommandQueueToDrain(): Promise<void> }).waitForCommandQueueToDrain();
+    for (const connection of [plain, ours]) {
+      let answered = false;
+      const slow = connection.call('BLPOP', 'never-pushed', '0.2').then(() => (answered = true));
+      const drained = waitForDrain(connection).then(() => answered);
+      // Drained once the slow command (and nothing else) was answered, never before; a reader that does not
+      // signal it leaves the waiter hanging and this test timing out.
+      expect(await drained).toBe(true);
+      await slow;
+    }
+  });
+
   it('leaves ioredis’s decoder where the connection asks for the resp3 reply mapping, reads numbers as strings, or EVENTRAIL_REPLY_READER=ioredis', async () => {
     const resp3 = await ownReader({ replyMapping: 'resp3' } as RedisOptions);
     const strings = await ownReader({ stringNumbers: true });
