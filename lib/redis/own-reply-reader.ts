@@ -1,4 +1,4 @@
-import { ReplyError, type Redis } from 'ioredis';
+import { Command, ReplyError, type Redis } from 'ioredis';
 import { RespReader, type RespValue } from './resp-reader';
 
 /** What this file uses of an ioredis connection beyond its typings (checked on each connection, see `READER_INTERNALS`). */
@@ -50,6 +50,18 @@ const QUEUE_DRAINED = ((): symbol | undefined => {
   } catch {
     return undefined;
   }
+})();
+
+/**
+ * ioredis's redaction of the arguments an error reply quotes (the password of an AUTH or HELLO, an ACL
+ * rule's, a CONFIG SET's value): `[REDACTED]`, as its handler writes them. Where it is missing (another
+ * ioredis), every argument of such a command is.
+ */
+const redacted = ((): ((name: string, args: unknown[]) => unknown[]) => {
+  const redact = (Command as unknown as { redactSensitiveArgs?: (name: string, args: unknown[]) => unknown[] }).redactSensitiveArgs;
+  if (typeof redact === 'function') return (name, args) => redact.call(Command, name, args);
+  const sensitive = new Set(['auth', 'hello', 'migrate', 'acl', 'config', 'sentinel']);
+  return (name, args) => (sensitive.has(name.toLowerCase()) ? args.map(() => '[REDACTED]') : args);
 })();
 
 /** What gives ioredis's data handler away among a socket's `data` listeners: it feeds its decoder. */
@@ -181,7 +193,7 @@ function answer(redis: Internals, reply: RespValue): void {
     signalDrained(redis, QUEUE_DRAINED);
   try {
     if (reply instanceof Error) {
-      Object.assign(reply, { command: { name: item.command.name, args: item.command.args } });
+      Object.assign(reply, { command: { name: item.command.name, args: redacted(item.command.name, item.command.args) } });
       redis.handleReconnection(reply, item);
     } else item.command.resolve(reply);
   } catch (error) {

@@ -97,7 +97,11 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
   /** Replies on `client` still belong to their own commands. */
   async function assertInStep(client: Redis, tag: string, base = 'in-step'): Promise<void> {
     await admin.set(`${base}:${tag}`, `value-${tag}`);
-    const got = await Promise.all([client.get(`${base}:${tag}`), client.ping(`ping-${tag}`), client.exists(`${base}:${tag}`, `${base}:none`)]);
+    const got = await Promise.all([
+      client.get(`${base}:${tag}`),
+      client.ping(`ping-${tag}`),
+      client.exists(`${base}:${tag}`, `${base}:none`),
+    ]);
     expect(got).toEqual([`value-${tag}`, `ping-${tag}`, 1]);
   }
 
@@ -204,7 +208,12 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
     const frames = new Map<number, Buffer>([
       [2, Buffer.from('>4\r\n$9\r\nMIGRATING\r\n:21\r\n:15\r\n$5\r\n["1"]\r\n')],
       // Malformed: no time, an endpoint that is no endpoint, a sequence that is no number, an empty push, a nested type.
-      [4, Buffer.from('>2\r\n$6\r\nMOVING\r\n:22\r\n>4\r\n$6\r\nMOVING\r\n:23\r\n:9\r\n$11\r\nnot an addr\r\n>2\r\n$8\r\nMIGRATED\r\n$1\r\nx\r\n>0\r\n')],
+      [
+        4,
+        Buffer.from(
+          '>2\r\n$6\r\nMOVING\r\n:22\r\n>4\r\n$6\r\nMOVING\r\n:23\r\n:9\r\n$11\r\nnot an addr\r\n>2\r\n$8\r\nMIGRATED\r\n$1\r\nx\r\n>0\r\n',
+        ),
+      ],
       [5, Buffer.from('>2\r\n*1\r\n$6\r\nMOVING\r\n:24\r\n>2\r\n:7\r\n:25\r\n')],
       [7, Buffer.from('>2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nkey\r\n>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nmsg\r\n')],
       [9, Buffer.from('>3\r\n$12\r\nFAILING_OVER\r\n:26\r\n:5\r\n>2\r\n$11\r\nFAILED_OVER\r\n:27\r\n')],
@@ -243,14 +252,21 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
         diagnostics.unsubscribe('ioredis:maintenance', onNotification);
         restore();
       }
-      const published = (await app.get(EventrailPublisher).publishMany(Array.from({ length: 20 }, (_, n) => ({ event: 'maint', data: { n } })))).length;
+      const published = (
+        await app.get(EventrailPublisher).publishMany(Array.from({ length: 20 }, (_, n) => ({ event: 'maint', data: { n } })))
+      ).length;
       await assertInStep(client, `maint-${reader}`);
       return { replies, notifications: seen.map((n) => comparable(n)), published };
     };
     const theirs = await run('ioredis');
     const mine = await run('default');
     expect(mine).toEqual(theirs);
-    expect((theirs.notifications as Array<{ type: string }>).map((n) => n.type)).toEqual(['MIGRATING', 'FAILING_OVER', 'FAILED_OVER', 'MIGRATED']);
+    expect((theirs.notifications as Array<{ type: string }>).map((n) => n.type)).toEqual([
+      'MIGRATING',
+      'FAILING_OVER',
+      'FAILED_OVER',
+      'MIGRATED',
+    ]);
   });
 
   it('a push the server itself sends between pipelined replies (CLIENT TRACKING invalidations) on its own connection: every command gets its own reply', async () => {
@@ -268,7 +284,10 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
           client.incr(`tracked:n${round % 2}`).then(() => 'incr'),
           client.get(key),
           client.ping(`t${round}`),
-          app.get(EventrailPublisher).publish('tracked', { round }).then(() => 'published'),
+          app
+            .get(EventrailPublisher)
+            .publish('tracked', { round })
+            .then(() => 'published'),
         ]);
         expect(replies.slice(1)).toEqual(['OK', `v${round}`, 'incr', `v${round}`, `t${round}`, 'published']);
       }
@@ -305,7 +324,7 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
     expect(shown).not.toContain(secret);
   });
 
-  it('errors on its own connection (DEBUG PROTOCOL types, XINFO FULL, HELLO, INFO, errors by class and message) equal ioredis’s decoder’s', async () => {
+  it('replies and errors on its own connection (every DEBUG PROTOCOL type, XINFO FULL, HELLO, a transaction, errors by class, message and command) equal ioredis’s decoder’s', async () => {
     const prefix = uniquePrefix('main-attack');
     const theirs = clientOf(await appOn({ redis: server.url, prefix }, 'ioredis'));
     const mine = clientOf(await appOn({ redis: server.url, prefix }));
@@ -354,11 +373,20 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
   // ---------------------------------------------------------------------------------------------
 
   /** Checks each input's outcome against the log by event id: appended once at its offset, not-appended absent, unknown at most once. */
-  function checkOutcomes(log: Entry[], inputs: PublishInput[], outcome: unknown, tag: string): { unknown: PublishInput[]; appended: number } {
+  function checkOutcomes(
+    log: Entry[],
+    inputs: PublishInput[],
+    outcome: unknown,
+    tag: string,
+  ): { unknown: PublishInput[]; appended: number } {
     const byId = new Map<string, Entry[]>();
     for (const entry of log) byId.set(entry.fields.id, [...(byId.get(entry.fields.id) ?? []), entry]);
     const outcomes: string[] =
-      outcome instanceof PublishManyError ? [...outcome.outcomes] : Array.isArray(outcome) ? inputs.map(() => 'appended') : inputs.map(() => 'unknown');
+      outcome instanceof PublishManyError
+        ? [...outcome.outcomes]
+        : Array.isArray(outcome)
+          ? inputs.map(() => 'appended')
+          : inputs.map(() => 'unknown');
     const results = outcome instanceof PublishManyError ? outcome.results : Array.isArray(outcome) ? outcome : [];
     const wrong: string[] = [];
     const unknown: PublishInput[] = [];
@@ -369,7 +397,9 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
       if (outcomes[i] === 'appended') {
         appended++;
         if (copies.length !== 1 || copies[0].offset !== result?.offset || copies[0].partition !== result?.partition)
-          wrong.push(`${tag} ${String(input.id)}: appended at ${result?.partition}/${result?.offset}, log has ${copies.map((c) => `${c.partition}/${c.offset}`).join(',') || 'nothing'}`);
+          wrong.push(
+            `${tag} ${String(input.id)}: appended at ${result?.partition}/${result?.offset}, log has ${copies.map((c) => `${c.partition}/${c.offset}`).join(',') || 'nothing'}`,
+          );
       } else if (outcomes[i] === 'not-appended') {
         if (copies.length !== 0) wrong.push(`${tag} ${String(input.id)}: not appended, log has ${copies.length}`);
       } else {
@@ -406,7 +436,12 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
           key: `k${n % 13}`,
           data: { round, n, pad: n % 250 === 7 ? 'B\r\n'.repeat(7_000) : 'p'.repeat(n % 40) },
         }));
-        const singles: PublishInput[] = Array.from({ length: 60 }, (_, n) => ({ event: 'kill', id: `s${round}-${n}`, key: `k${n % 5}`, data: { n } }));
+        const singles: PublishInput[] = Array.from({ length: 60 }, (_, n) => ({
+          event: 'kill',
+          id: `s${round}-${n}`,
+          key: `k${n % 5}`,
+          data: { n },
+        }));
         const id = String(await client.client('ID'));
         const many = publisher.publishMany(inputs).catch((error: unknown) => error);
         const single = singles.map((input) =>
@@ -431,16 +466,22 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
         let log = await logOf(prefix, watch);
         const first = checkOutcomes(log, inputs, outcome, `round ${round} many`);
         if (outcome instanceof Error || singleOutcomes.some((o) => o instanceof Error)) hit++;
-        const unknownSingles = singles.filter((input, i) => checkOutcomes(log, [input], singleOutcomes[i], `round ${round} single`).unknown.length > 0);
+        const unknownSingles = singles.filter(
+          (input, i) => checkOutcomes(log, [input], singleOutcomes[i], `round ${round} single`).unknown.length > 0,
+        );
         appended += first.appended;
         // Those not known to be appended are sent again with their ids: producer dedup makes each land once.
-        const again = [...inputs, ...singles].filter((input) => ![...first.unknown, ...unknownSingles].includes(input) && !log.some((e) => e.fields.id === input.id));
+        const again = [...inputs, ...singles].filter(
+          (input) => ![...first.unknown, ...unknownSingles].includes(input) && !log.some((e) => e.fields.id === input.id),
+        );
         const retry = [...first.unknown, ...unknownSingles, ...again];
         if (retry.length > 0) await publisher.publishMany(retry);
         log = await logOf(prefix, watch);
         const count = new Map<string, number>();
         for (const entry of log) count.set(entry.fields.id, (count.get(entry.fields.id) ?? 0) + 1);
-        const notOnce = [...inputs, ...singles].filter((input) => count.get(input.id as string) !== 1).map((input) => `${String(input.id)} x${count.get(input.id as string) ?? 0}`);
+        const notOnce = [...inputs, ...singles]
+          .filter((input) => count.get(input.id as string) !== 1)
+          .map((input) => `${String(input.id)} x${count.get(input.id as string) ?? 0}`);
         expect({ round, notOnce }).toEqual({ round, notOnce: [] });
       }
       expect(appended).toBeGreaterThan(0);
@@ -470,14 +511,23 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
       const report: Record<string, unknown> = {};
       const describe = (value: unknown): unknown =>
         value instanceof PublishManyError
-          ? { outcomes: [...new Set(value.outcomes)], cause: (value.cause as Error)?.constructor.name, causeMessage: (value.cause as Error)?.message }
+          ? {
+              outcomes: [...new Set(value.outcomes)],
+              cause: (value.cause as Error)?.constructor.name,
+              causeMessage: (value.cause as Error)?.message,
+            }
           : value instanceof Error
             ? { error: value.constructor.name, message: value.message.replace(/\d+ ms/g, 'N ms') }
             : Array.isArray(value)
               ? `${value.length} results`
               : 'result';
       const inputs = (tag: string, ids = false): PublishInput[] =>
-        Array.from({ length: 30 }, (_, n) => ({ event: tag, data: { n }, partition: n % PARTITIONS, ...(ids ? { id: `${tag}-${n}` } : {}) }));
+        Array.from({ length: 30 }, (_, n) => ({
+          event: tag,
+          data: { n },
+          partition: n % PARTITIONS,
+          ...(ids ? { id: `${tag}-${n}` } : {}),
+        }));
       // OOM on the default user.
       const full = await appOn({ redis: server.url, prefix }, reader);
       const publisher = full.get(EventrailPublisher);
@@ -498,7 +548,17 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
       // ACL users that lack one command each.
       for (const lacking of ['multi', 'xadd', 'evalsha']) {
         const user = `${prefix}-no-${lacking}`;
-        await admin.call('ACL', 'SETUSER', user, 'reset', 'on', '>pw', ...rules.full.split(' '), ...rules.optional.split(' '), `-${lacking}`);
+        await admin.call(
+          'ACL',
+          'SETUSER',
+          user,
+          'reset',
+          'on',
+          '>pw',
+          ...rules.full.split(' '),
+          ...rules.optional.split(' '),
+          `-${lacking}`,
+        );
         const limited = await appOn({ redis: { host: '127.0.0.1', port: server.port, username: user, password: 'pw' }, prefix }, reader);
         const pub = limited.get(EventrailPublisher);
         report[`no-${lacking}-many`] = describe(await pub.publishMany(inputs(`acl${lacking}`)).catch((e: unknown) => e));
@@ -530,6 +590,7 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
       ['db3', { db: 3 }, true],
       ['keyprefix', { keyPrefix: 'kp:' }, true],
       ['resp2', { protocol: 2 }, true],
+      ['lazy-autopipe', { lazyConnect: true, enableAutoPipelining: true, connectionName: 'main-attack', socketTimeout: 2_000 }, true],
       ['stringnumbers', { stringNumbers: true }, false],
       ['resp3map', { protocol: 3, replyMapping: 'resp3' }, false],
       [
@@ -553,20 +614,32 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
         for (let round = 0; round < 2; round++) {
           expect({ name, round, reads: readsWithRespReader(client) }).toEqual({ name, round, reads: ours && ownReplyReaderEnabled() });
           const publisher = app.get(EventrailPublisher);
-          const inputs: PublishInput[] = Array.from({ length: 40 }, (_, n) => ({ event: 'opt', data: { name, round, n }, key: `k${n % 7}` }));
+          const inputs: PublishInput[] = Array.from({ length: 40 }, (_, n) => ({
+            event: 'opt',
+            data: { name, round, n },
+            key: `k${n % 7}`,
+          }));
           const results = await publisher.publishMany(inputs);
           const one = await publisher.publish('opt', { name, round, n: 'one' }, { key: 'k1' });
           const log = await logOf(prefix, on);
           for (const [i, result] of [...results, one].entries()) {
             const entry = log.find((e) => e.partition === result.partition && e.offset === result.offset);
-            expect({ name, i, data: entry?.fields.data }).toEqual({ name, i, data: JSON.stringify(i < 40 ? inputs[i].data : { name, round, n: 'one' }) });
+            expect({ name, i, data: entry?.fields.data }).toEqual({
+              name,
+              i,
+              data: JSON.stringify(i < 40 ? inputs[i].data : { name, round, n: 'one' }),
+            });
           }
           // (Not under replyMapping 'resp3', where ioredis's decoder answers XINFO with an object that stats() does not read: its own matter, either reader.)
           const stats = name === 'resp3map' ? undefined : await app.get(EventrailAdmin).stats();
-          if (stats) expect({ name, total: (stats as unknown as { partitions: Array<{ length: number }> }).partitions.reduce((sum, p) => sum + p.length, 0) }).toEqual({
-            name,
-            total: 41 * (round + 1),
-          });
+          if (stats)
+            expect({
+              name,
+              total: (stats as unknown as { partitions: Array<{ length: number }> }).partitions.reduce((sum, p) => sum + p.length, 0),
+            }).toEqual({
+              name,
+              total: 41 * (round + 1),
+            });
           // An error reply goes through the user's reconnectOnError (with the message as Redis sent it).
           const failed = await client.eval("return redis.error_reply('ERR-NOT-RESENT " + name + "')", 0).catch((error: Error) => error);
           expect({ name, failed: comparable(failed) }).toMatchObject({ name, failed: { error: `ERR-NOT-RESENT ${name}` } });
@@ -590,11 +663,17 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
     const theirs = await appOn({ redis: server.url, prefix }, 'ioredis');
     const mine = await appOn({ redis: server.url, prefix });
     await mine.get(EventrailPublisher).publishMany(
-      Array.from({ length: 120 }, (_, n) => ({ event: 'admin', data: { n, s: n % 30 === 0 ? 'é\r\n'.repeat(9_000) : '' }, key: `k${n % 9}`, id: `a${n}` })),
+      Array.from({ length: 120 }, (_, n) => ({
+        event: 'admin',
+        data: { n, s: n % 30 === 0 ? 'é\r\n'.repeat(9_000) : '' },
+        key: `k${n % 9}`,
+        id: `a${n}`,
+      })),
     );
     const ask = async (app: INestApplicationContext): Promise<unknown> => {
       const adminApi = app.get(EventrailAdmin);
-      const strip = (value: unknown): unknown => JSON.parse(JSON.stringify(value, (k, v: unknown) => (/ms$|Ms$|At$|latency|time|memory|Memory|used/i.test(k) ? '*' : v)));
+      const strip = (value: unknown): unknown =>
+        JSON.parse(JSON.stringify(value, (k, v: unknown) => (/ms$|Ms$|At$|latency|time|memory|Memory|used/i.test(k) ? '*' : v)));
       return {
         stats: strip(await adminApi.stats()),
         nodes: strip(await adminApi.nodes()),
