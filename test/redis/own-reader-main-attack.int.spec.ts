@@ -428,7 +428,9 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
       const random = seededRandom(41);
       let appended = 0;
       let hit = 0;
-      for (let round = 0; round < 6; round++) {
+      // At least 6 rounds, and more (up to 16) until the faults have reached publishes on their way in 3: how soon a
+      // fault lands after the publishes leave depends on the host's load.
+      for (let round = 0; round < 16 && (round < 6 || hit < 3); round++) {
         await waitFor(() => client.status === 'ready', 'ready');
         const inputs: PublishInput[] = Array.from({ length: 1500 }, (_, n) => ({
           event: 'kill',
@@ -485,7 +487,7 @@ describe('eventrail’s own connection read by RespReader, attacked', () => {
         expect({ round, notOnce }).toEqual({ round, notOnce: [] });
       }
       expect(appended).toBeGreaterThan(0);
-      // The faults reached publishes on their way in most rounds.
+      // The faults reached publishes on their way in at least 3 rounds.
       expect(hit).toBeGreaterThanOrEqual(3);
       await assertInStep(client, 'kill').catch(async () => {
         // assertInStep writes through the shared server's admin; here the log's own server is checked instead.
