@@ -1,6 +1,7 @@
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
 import type { LogStats, NodeStatus, PartitionLogStats } from './admin.types';
+import { mapReply } from '../redis/map-reply';
 
 /** Where the log lives and how big it is: nodes and their partitions, partition lengths and ids, Redis memory. */
 export class LogStatsReader {
@@ -60,16 +61,15 @@ export class LogStatsReader {
   }
 
   private async partitionStats(stream: string, partition: number): Promise<PartitionLogStats> {
-    let reply: unknown[];
+    let reply: unknown;
     try {
-      reply = (await this.redis.client.xinfo('STREAM', stream)) as unknown[];
+      reply = await this.redis.client.xinfo('STREAM', stream);
     } catch (error) {
       // A partition nobody published to yet has no stream key.
       if (/no such key/i.test(describeError(error))) return { partition, length: 0, firstId: null, lastId: null, entriesAdded: 0 };
       throw error;
     }
-    const info = new Map<string, unknown>();
-    for (let i = 0; i + 1 < reply.length; i += 2) info.set(String(reply[i]), reply[i + 1]);
+    const info = mapReply(reply);
     const idOf = (entry: unknown): string | null => (Array.isArray(entry) ? String(entry[0]) : null);
     const added = info.get('entries-added'); // Redis 7.0 and later
     return {

@@ -1,5 +1,6 @@
 import type Redis from 'ioredis';
 import { describeError } from '../util/describe-error';
+import { mapReply } from './map-reply';
 
 /** What a probe learnt: the reply, or why the server would not say. */
 export type ProbeAnswer<T> = { ok: true; value: T } | { ok: false; refused: string };
@@ -18,8 +19,8 @@ export class ServerProbe {
 
   configGet(node: Redis, parameter: string): Promise<ProbeAnswer<string | null>> {
     return this.ask(node, 'CONFIG', async () => {
-      const reply = (await node.config('GET', parameter)) as unknown as string[];
-      return typeof reply?.[1] === 'string' ? reply[1] : null;
+      const value = mapReply(await node.config('GET', parameter)).get(parameter);
+      return typeof value === 'string' ? value : null;
     });
   }
 

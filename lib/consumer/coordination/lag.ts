@@ -2,6 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { EventrailScripts } from '../../redis/eventrail-scripts';
 import type { EventrailKeys } from '../../redis/keys';
 import { STREAM_START } from '../../wire/stream-id';
+import { mapReply } from '../../redis/map-reply';
 
 /** A group's lag in one partition, and the committed offset it was measured from (null: never read). */
 export interface PartitionLag {
@@ -48,12 +49,12 @@ export async function countToEnd(
   after: string,
   cap = RESET_COUNT_CAP,
 ): Promise<{ upTo: string; count: number; entriesAdded: number } | undefined> {
-  const info = (await client.xinfo('STREAM', stream).catch(() => null)) as unknown[] | null;
-  if (!info) return undefined;
-  const field = (name: string): unknown => info[info.indexOf(name) + 1];
-  const upTo = field('last-generated-id');
-  const entriesAdded = field('entries-added');
-  if (!info.includes('entries-added') || typeof upTo !== 'string' || typeof entriesAdded !== 'number') return undefined;
+  const reply = await client.xinfo('STREAM', stream).catch(() => null);
+  if (!reply) return undefined;
+  const info = mapReply(reply);
+  const upTo = info.get('last-generated-id');
+  const entriesAdded = info.get('entries-added');
+  if (typeof upTo !== 'string' || typeof entriesAdded !== 'number') return undefined;
   let count = 0;
   let from = `(${after}`;
   while (count <= cap) {
