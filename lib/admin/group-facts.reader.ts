@@ -2,6 +2,7 @@ import { parseMemberInfo, redisTimeToMs } from '../consumer/coordination/members
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import type { EventrailRedis } from '../redis/eventrail-redis';
 import type { MemberStatus } from './admin.types';
+import { scoredReply } from '../redis/map-reply';
 
 /** What Redis says about one group, read for the admin API, retention and health alike. */
 export interface GroupFacts {
@@ -90,12 +91,10 @@ export class GroupFactsReader {
 }
 
 /** Members whose heartbeat expiry is after `now` (expired ones wait for the next heartbeat to be swept). */
-function liveMembers(scored: string[], info: Record<string, string>, now: number): MemberStatus[] {
+function liveMembers(scored: unknown, info: Record<string, string>, now: number): MemberStatus[] {
   const members: MemberStatus[] = [];
-  for (let i = 0; i + 1 < scored.length; i += 2) {
-    const expiresAt = Number(scored[i + 1]);
+  for (const [workerId, expiresAt] of scoredReply(scored)) {
     if (expiresAt <= now) continue;
-    const workerId = scored[i];
     const details = parseMemberInfo(info[workerId]);
     members.push({
       workerId,

@@ -181,9 +181,11 @@ export class EventrailRedis implements OnModuleInit, OnApplicationShutdown {
   duplicate(): Redis | Cluster {
     // Where INFO is refused, ioredis's ready check would warn on every new connection: skip it (it was skipped anyway).
     const quiet = !this.isCluster && this.probe.refusal(this.client as unknown as Redis, 'INFO') !== undefined;
-    const connection = (this.client as { duplicate(override?: RedisOptions): Redis | Cluster }).duplicate(
-      quiet ? { enableReadyCheck: false } : undefined,
-    );
+    let connection: Redis | Cluster;
+    if (this.isCluster) {
+      const cluster = this.client as Cluster;
+      connection = cluster.duplicate([], { redisOptions: { ...cluster.options.redisOptions, ...REPLY_SHAPES } });
+    } else connection = (this.client as Redis).duplicate({ ...REPLY_SHAPES, ...(quiet ? { enableReadyCheck: false } : {}) });
     connection.on('error', () => undefined); // failures surface on the blocked command itself
     this.duplicates.add(connection);
     connection.once('end', () => this.duplicates.delete(connection));
@@ -444,15 +446,23 @@ function connectedAddress(node: Redis): string {
 }
 
 function createClient(redis: string | RedisOptions | ClusterConnection | SentinelConnection, base: RedisOptions): Redis | Cluster {
-  if (typeof redis === 'string') return new Redis(normalizeRedisUrl(redis), base);
+  if (typeof redis === 'string') return new Redis(normalizeRedisUrl(redis), { ...base, ...REPLY_SHAPES });
   if (isClusterConnection(redis)) {
     const { nodes, options = {} } = redis.cluster;
-    return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions } });
+    return new Cluster(nodes, { ...options, redisOptions: { ...base, ...options.redisOptions, ...REPLY_SHAPES } });
   }
   const options = isSentinelConnection(redis) ? redis.sentinel : redis;
-  if (!Array.isArray(options.sentinels)) return new Redis({ ...base, ...options });
-  return new Redis({ ...base, ...sentinelDefaults(options), ...options });
+  if (!Array.isArray(options.sentinels)) return new Redis({ ...base, ...options, ...REPLY_SHAPES });
+  return new Redis({ ...base, ...sentinelDefaults(options), ...options, ...REPLY_SHAPES });
 }
+
+/**
+ * The reply shapes eventrail reads: ioredis's default `legacy` mapping (RESP3 maps, `XREAD` and `ZRANGE
+ * WITHSCORES` as flat arrays, doubles as strings). Every connection eventrail opens keeps it whatever the
+ * options say: under `replyMapping: 'resp3'` its workers read nothing (an `XREAD` answered as an object).
+ * What it reads on a client the application passes in copes with either (see map-reply.ts).
+ */
+const REPLY_SHAPES = { replyMapping: 'legacy' } as const satisfies RedisOptions;
 
 /**
  * What a client behind Sentinel needs to follow a failover without a restart:

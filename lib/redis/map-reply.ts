@@ -15,3 +15,20 @@ export function mapReply(reply: unknown): Map<string, unknown> {
   }
   return fields;
 }
+
+/**
+ * A `ZRANGE ... WITHSCORES` reply as member → score, whichever shape ioredis
+ * gives it: flat `[member, score, ...]` with scores as strings (RESP2, and
+ * RESP3 under the `legacy` reply mapping) or `[[member, score], ...]` with
+ * scores as numbers (`replyMapping: 'resp3'`).
+ */
+export function scoredReply(reply: unknown): Map<string, number> {
+  const scores = new Map<string, number>();
+  if (!Array.isArray(reply)) return scores;
+  if (reply.length > 0 && Array.isArray(reply[0])) {
+    for (const pair of reply as unknown[][]) scores.set(String(pair[0]), Number(pair[1]));
+  } else {
+    for (let i = 0; i + 1 < reply.length; i += 2) scores.set(String(reply[i]), Number(reply[i + 1]));
+  }
+  return scores;
+}

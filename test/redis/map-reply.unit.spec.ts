@@ -1,4 +1,4 @@
-import { mapReply } from '../../lib/redis/map-reply';
+import { mapReply, scoredReply } from '../../lib/redis/map-reply';
 
 describe('mapReply', () => {
   it('reads a map reply as ioredis gives it under either reply mapping, and nothing from what is not one', () => {
@@ -15,5 +15,24 @@ describe('mapReply', () => {
     // An odd array keeps its whole pairs; what is not a map gives no fields.
     expect(mapReply(['maxmemory-policy', 'noeviction', 'dangling'])).toEqual(new Map([['maxmemory-policy', 'noeviction']]));
     for (const nothing of [null, undefined, 'OK', 7]) expect(mapReply(nothing).size).toBe(0);
+  });
+});
+
+describe('scoredReply', () => {
+  it('reads ZRANGE WITHSCORES as ioredis gives it under either reply mapping', () => {
+    const expected = new Map([
+      ['worker-a', 1700000000000],
+      ['worker-b', 1700000005000.5],
+    ]);
+    // RESP2, or RESP3 under 'legacy': flat, scores as strings.
+    expect(scoredReply(['worker-a', '1700000000000', 'worker-b', '1700000005000.5'])).toEqual(expected);
+    // replyMapping 'resp3': pairs, scores as numbers.
+    expect(
+      scoredReply([
+        ['worker-a', 1700000000000],
+        ['worker-b', 1700000005000.5],
+      ]),
+    ).toEqual(expected);
+    for (const nothing of [[], null, undefined, 'x']) expect(scoredReply(nothing).size).toBe(0);
   });
 });

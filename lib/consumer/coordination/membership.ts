@@ -3,6 +3,7 @@ import type { EventrailRedis } from '../../redis/eventrail-redis';
 import { RedisFullError } from '../../errors/redis-full.error';
 import { groupWants, NO_WANTS, type GroupWants } from './group-wants';
 import { parseMemberInfo, type MemberInfo } from './member-info';
+import { scoredReply } from '../../redis/map-reply';
 
 export { parseMemberInfo, type MemberInfo } from './member-info';
 
@@ -113,14 +114,13 @@ export class GroupMembership {
    * them too. A member that left (a deliberate removal or a rollback) takes
    * its types with it at once.
    */
-  private weigh(members: string[], details: Record<string, string>, scores: string[], now: number): string[] {
+  private weigh(members: string[], details: Record<string, string>, scores: unknown, now: number): string[] {
     const live = new Set(members);
     for (const [id, last] of this.seen) {
       if (live.has(id) || now < last.expiresAt) continue;
       for (const event of last.events) this.holdUntil(event, now + HELD_TTL_FACTOR * last.ttlMs);
     }
-    const expiries = new Map<string, number>();
-    for (let i = 0; i + 1 < scores.length; i += 2) expiries.set(scores[i], Number(scores[i + 1]));
+    const expiries = scoredReply(scores);
     // Members whose heartbeat expired since anyone last forgot them (this heartbeat forgets them now), also ones
     // this worker never saw alive: after a Redis outage longer than heartbeatTtlMs every member expired at once, and
     // a member of an older version that joined first would otherwise find nobody wanting the newer types.
