@@ -426,6 +426,22 @@ function bulk(value: string): string {
   return `$${Buffer.byteLength(value)}\r\n${value}\r\n`;
 }
 
+/** Field and event names framed as bulk strings: they come back with nearly every append. */
+const framedNames = new Map<string, string>();
+/** Most names `framedNames` keeps before it starts afresh. */
+const FRAMED_NAMES = 1024;
+
+/** `bulk(name)`, made once and kept. */
+function framedName(name: string): string {
+  let framed = framedNames.get(name);
+  if (framed === undefined) {
+    if (framedNames.size >= FRAMED_NAMES) framedNames.clear();
+    framed = bulk(name);
+    framedNames.set(name, framed);
+  }
+  return framed;
+}
+
 /**
  * Whether `sendLeanTransaction` can send on `client` now: a single server's
  * connection that is ready, without a `keyPrefix` (the transaction is written
@@ -519,7 +535,9 @@ export class LeanTransaction {
       this.keyPart = `${bulk(key)}$1\r\n*\r\n`;
     }
     let text = `*${fields.length + 3}\r\n$4\r\nXADD\r\n${this.keyPart}`;
-    for (let i = 0; i < fields.length; i++) text += bulk(fields[i]);
+    // Field names (even places) and the event's name come back with every append: framed once (about 0.15 µs
+    // of client CPU an event less in a publishMany of 1000, docs/performance.md).
+    for (let i = 0; i < fields.length; i++) text += i % 2 === 0 || fields[i - 1] === 'event' ? framedName(fields[i]) : bulk(fields[i]);
     this.pending += text;
     this.count++;
   }

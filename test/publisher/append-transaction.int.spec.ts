@@ -115,6 +115,35 @@ describe('publishMany as one transaction', () => {
     expect((await calls(redis, 'evalsha')) - before.evalsha).toBe(0);
   });
 
+  it('writes each event as given, whatever its name, key and headers: names framed once and kept, past the 1024 kept', async () => {
+    const prefix = 'tx-names';
+    const publisher = await publisherOf(prefix);
+    const keys = new EventrailKeys(prefix, PARTITIONS);
+    const random = seededRandom(61);
+    // 1500 names, a third of them with characters of two, three and four UTF-8 bytes, so that the names kept
+    // are dropped and framed again during the calls, and the same name comes back framed as before.
+    const names = Array.from({ length: 1500 }, (_, i) => (i % 3 === 0 ? `événement.漢字.${i}.😀` : `order.${i}`));
+    for (let call = 0; call < 4; call++) {
+      const inputs: PublishInput[] = Array.from({ length: 900 }, (_, n) => {
+        const input: PublishInput = { event: names[Math.floor(random() * names.length)], data: { call, n } };
+        if (random() < 0.5) input.key = `clé-${Math.floor(random() * 50)}`;
+        else input.partition = Math.floor(random() * PARTITIONS);
+        if (random() < 0.3) input.headers = { 'x-tenant': `tenant-${n}-ü` };
+        return input;
+      });
+      const results = await publisher.publishMany(inputs);
+      for (const [i, result] of results.entries()) {
+        const [[, fields]] = await redis.xrange(keys.stream(result.partition), result.offset, result.offset);
+        const field = (name: string): string | undefined => (fields.includes(name) ? fields[fields.indexOf(name) + 1] : undefined);
+        expect(field('event')).toBe(inputs[i].event);
+        expect(field('key')).toBe(inputs[i].key);
+        expect(JSON.parse(field('data') as string)).toEqual(inputs[i].data);
+        if (inputs[i].headers) expect(JSON.parse(field('headers') as string)).toMatchObject(inputs[i].headers as object);
+        else expect(field('headers')).toBeUndefined();
+      }
+    }
+  });
+
   it('a transaction written in parts as it is built that cannot finish: a big entry late in it ends it, the rest going as runs behind it; a getter that throws late appends nothing', async () => {
     const prefix = 'tx-streamed';
     const publisher = await publisherOf(prefix);
