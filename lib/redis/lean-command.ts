@@ -1,4 +1,5 @@
 import { Cluster, Command, Redis } from 'ioredis';
+import { FIELD } from '../wire/codec';
 
 /** What `LeanCommand` uses of ioredis's `Command` beyond its typings (checked once, at load). */
 interface CommandInternals {
@@ -537,7 +538,7 @@ export class LeanTransaction {
     let text = `*${fields.length + 3}\r\n$4\r\nXADD\r\n${this.keyPart}`;
     // Field names (even places) and the event's name come back with every append: framed once (about 0.15 µs
     // of client CPU an event less in a publishMany of 1000, docs/performance.md).
-    for (let i = 0; i < fields.length; i++) text += i % 2 === 0 || fields[i - 1] === 'event' ? framedName(fields[i]) : bulk(fields[i]);
+    for (let i = 0; i < fields.length; i++) text += i % 2 === 0 || fields[i - 1] === FIELD.event ? framedName(fields[i]) : bulk(fields[i]);
     this.pending += text;
     this.count++;
   }
