@@ -23,8 +23,8 @@ const ms = (key: string): MetricSpec => ({ key, unit: 'ms', digits: 2 });
  * with a message when it is not installed.
  */
 export function outboxRelay(size: Size): Scenario {
-  const events = size === 'quick' ? 2_000 : 20_000;
-  const base = { id: 'outbox-relay', metrics: [RATE], rounds: size === 'quick' ? 1 : 3, warmup: true };
+  const events = size === 'quick' ? 2_000 : 100_000;
+  const base = { id: 'outbox-relay', metrics: [RATE], rounds: size === 'quick' ? 1 : 7, warmup: true };
   if (!postgresInstalled()) return skipped(base, 'Outbox relay');
   return {
     ...base,

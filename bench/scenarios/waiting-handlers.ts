@@ -12,12 +12,12 @@ const WAIT_MS = 1;
 
 /** Handlers that wait ~1 ms: eventrail at partitions 8, concurrency 64 against a BullMQ worker at concurrency 64. */
 export function waitingHandlers(size: Size): Scenario {
-  const events = size === 'quick' ? 500 : 20_000;
+  const events = size === 'quick' ? 500 : 100_000;
   return {
     id: 'waiting-handlers',
     title: 'Handlers that wait 1 ms',
     metrics: [RATE],
-    rounds: size === 'quick' ? 1 : 3,
+    rounds: size === 'quick' ? 1 : 7,
     warmup: true,
     variants: [
       { id: 'eventrail', label: 'eventrail, partitions 8, concurrency 64', events, run: (ctx) => eventrail(ctx, events) },
