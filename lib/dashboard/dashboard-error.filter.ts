@@ -4,6 +4,7 @@ import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailError } from '../errors/eventrail.error';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { RedisFullError } from '../errors/redis-full.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
 import { UnknownGroupError } from '../errors/unknown-group.error';
 import { describeError } from '../util/describe-error';
@@ -17,7 +18,8 @@ interface ErrorBody {
 /**
  * Every failure of the dashboard API as `{ statusCode, error, message }`: the
  * admin service's typed errors as the 4xx they stand for, and a failure while
- * Redis is unreachable as 503, so the UI can tell an outage from a bug.
+ * Redis is unreachable, or a write a full Redis refused, as 503, so the UI can
+ * tell an outage from a bug.
  */
 @Catch()
 export class DashboardErrorFilter implements ExceptionFilter {
@@ -61,5 +63,7 @@ function statusOf(error: EventrailError): number {
   if (error instanceof InvalidOptionError) return HttpStatus.BAD_REQUEST;
   if (error instanceof UnknownGroupError) return HttpStatus.NOT_FOUND;
   if (error instanceof GroupHasLiveMembersError) return HttpStatus.CONFLICT;
+  // Redis is there but over maxmemory: the write can succeed once memory is freed (the message says how).
+  if (error instanceof RedisFullError) return HttpStatus.SERVICE_UNAVAILABLE;
   return HttpStatus.INTERNAL_SERVER_ERROR;
 }

@@ -330,6 +330,44 @@ describe('Dashboard options', () => {
     }
   });
 
+  it('answers a replay a full Redis refuses with 503 RedisFullError, naming the operation; reads still answer', async () => {
+    const server = await startRedisServer();
+    const { app, url } = await startApp('fastify', prefix, { auth: { token: TOKEN } }, server.url);
+    const own = new Redis(server.url);
+    const api = (path: string, init: RequestInit = {}): Promise<Response> =>
+      fetch(`${url}/eventrail${path}`, {
+        ...init,
+        headers: { authorization: `Bearer ${TOKEN}`, ...(init.headers as Record<string, string>) },
+      });
+    failing = true;
+    try {
+      await app.get(EventrailPublisher).publish('order.placed', { n: 9 });
+      await waitFor(async () => (await app.get(EventrailAdmin).deadLetterCount('billing')) === 1, 'a dead letter');
+      await own.config('SET', 'maxmemory-policy', 'noeviction');
+      await own.config('SET', 'maxmemory', '1');
+      const refused = await api('/api/groups/billing/dead-letters/replay', {
+        method: 'POST',
+        body: JSON.stringify({ all: true }),
+        headers: { 'content-type': 'application/json' },
+      });
+      expect([refused.status, await body(refused)]).toEqual([
+        503,
+        {
+          statusCode: 503,
+          error: 'RedisFullError',
+          message: expect.stringMatching(/^Redis is full .* refused to replay dead letters: OOM/),
+        },
+      ]);
+      expect((await api('/api/overview')).status).toBe(200);
+      expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(1);
+    } finally {
+      await own.config('SET', 'maxmemory', '0').catch(() => undefined);
+      own.disconnect();
+      await app.close();
+      await server.stop();
+    }
+  });
+
   it('fails at startup without a token when NODE_ENV=production, and on invalid options', async () => {
     const env = process.env.NODE_ENV;
     process.env.NODE_ENV = 'production';
