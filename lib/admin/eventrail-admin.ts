@@ -5,6 +5,7 @@ import { EVENTRAIL_RETENTION, type AdminView } from './admin.types';
 import { DEFAULT_STALE_GROUP_MS } from './group-facts.reader';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from './operations.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { RedisFullError } from '../errors/redis-full.error';
 import type { DeadLetter } from '../wire/dead-letter.codec';
 import { countToEnd } from '../consumer/coordination/lag';
 import { isStreamId, offsetBeforeTime, previousStreamId, STREAM_START } from '../wire/stream-id';
@@ -248,7 +249,9 @@ export class EventrailAdmin {
   async retryParked(group: string, { key }: { key?: string } = {}): Promise<number> {
     await this.facts.assertExists(group);
     if (key !== undefined && typeof key !== 'string') throw new InvalidOptionError('key', key, 'a string (the parked key)');
-    const partitions = await this.parked.command(group, 'retry', key);
+    const partitions = await this.parked.command(group, 'retry', key).catch((error: unknown) => {
+      throw RedisFullError.from('retry parked lines', error);
+    });
     if (partitions > 0) await this.rebalance.announce(group);
     return partitions;
   }
@@ -263,7 +266,9 @@ export class EventrailAdmin {
   async giveUpParked(group: string, { key }: { key: string }): Promise<number> {
     await this.facts.assertExists(group);
     if (typeof key !== 'string') throw new InvalidOptionError('key', key, 'a string (the parked key)');
-    const partitions = await this.parked.command(group, 'give-up', key);
+    const partitions = await this.parked.command(group, 'give-up', key).catch((error: unknown) => {
+      throw RedisFullError.from('give up a parked head', error);
+    });
     if (partitions > 0) await this.rebalance.announce(group);
     return partitions;
   }

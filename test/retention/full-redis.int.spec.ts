@@ -86,6 +86,24 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
     await server.stop();
   });
 
+  it('refuses retryParked and giveUpParked with RedisFullError naming the operation, and leaves no command', async () => {
+    const app = await start({});
+    await redis.sadd(keys.groups, 'billing');
+    // A line as a worker stores it: the head of key A failed once and is tried again in a minute.
+    const line = { ids: ['1-0', '2-0'], k: 'A', a: 1, f: Date.now(), n: Date.now() + 60_000, e: 'Error: boom', t: '2-0', r: 0, c: 0 };
+    await redis.hset(keys.recovery('billing', 1), 'park:k:A', JSON.stringify(line));
+    const admin = app.get(EventrailAdmin);
+    expect((await admin.parkedKeys('billing')).map((k) => [k.key, k.partition, k.count])).toEqual([['A', 1, 2]]);
+    await makeFull();
+
+    await expect(admin.retryParked('billing')).rejects.toThrow(RedisFullError);
+    await expect(admin.retryParked('billing', { key: 'A' })).rejects.toThrow(/refused to retry parked lines: OOM command not allowed/);
+    await expect(admin.giveUpParked('billing', { key: 'A' })).rejects.toThrow(/refused to give up a parked head: OOM command not allowed/);
+
+    await redis.config('SET', 'maxmemory', '0');
+    expect(Object.keys(await redis.hgetall(keys.recovery('billing', 1)))).toEqual(['park:k:A']);
+  });
+
   it('runs a retention cycle (lock, trim, dead-letter trim) and frees the memory', async () => {
     const app = await start({ maxLen: 0, deadLetterMaxLen: 10, approximate: false });
     await fillLog(app, 2000);
