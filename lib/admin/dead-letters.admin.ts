@@ -159,8 +159,16 @@ export class DeadLetterAdmin {
     for (const [id] of page) claiming.set(keys.replayClaim(group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
     const claims = (await claiming.exec()) ?? [];
     const refused = claims.find(([error]) => error);
-    // A full Redis refuses the claims (and would refuse the appends): nothing is replayed.
-    if (refused) throw RedisFullError.from('replay dead letters', refused[0]);
+    if (refused) {
+      // A full Redis refuses the claims (and would refuse the appends): nothing of this page is replayed. Claims taken
+      // before Redis crossed maxmemory go back, or a replay once memory is freed would pass over their letters.
+      await this.releaseClaims(
+        group,
+        token,
+        page.filter((_, i) => claims[i]?.[1] === 'OK'),
+      );
+      throw RedisFullError.from('replay dead letters', refused[0]);
+    }
     const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
     if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters, this.options.tracing);
@@ -174,7 +182,20 @@ export class DeadLetterAdmin {
     });
     const replies = (await settling.exec()) ?? [];
     if (appended.length > 0 && replies[0]?.[0]) throw replies[0][0];
+    // Redis crossed maxmemory between the claims and the appends: the refused letters stay dead letters, and the
+    // replay stops here rather than answer a count short of what was asked as if it were done.
+    const full = failures.find((failure) => failure !== null && RedisFullError.isOutOfMemory(failure));
+    if (full) throw RedisFullError.from('replay dead letters', full);
     return appended.length;
+  }
+
+  /** Gives back the claims this replay took on `letters` (each only while it still holds `token`). */
+  private async releaseClaims(group: string, token: string, letters: ReadonlyArray<[string, string[]]>): Promise<void> {
+    if (letters.length === 0) return;
+    const releasing = this.redis.client.pipeline();
+    for (const [id] of letters) this.redis.scripts.queueReleaseReplayClaim(releasing, { group, id, token });
+    // A release that fails leaves its claim to expire (CLAIM_TTL_MS): the refusal is what the caller must hear.
+    await releasing.exec().catch(() => undefined);
   }
 
   /** The original entry, back to the partition its key maps to (a keyless one to where it was). */

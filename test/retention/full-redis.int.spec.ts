@@ -3,6 +3,7 @@ import Redis from 'ioredis';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { EventrailAdmin, EventrailPublisher, RedisFullError, RetentionOptions } from '../../lib';
 import { EventrailKeys } from '../../lib/redis/keys';
 import { createApp } from '../support/app';
@@ -84,6 +85,56 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
   afterAll(async () => {
     redis.disconnect();
     await server.stop();
+  });
+
+  // Found by helper-84 (a review of the full-Redis refusals): Redis checks maxmemory before each command, so a replay
+  // that reaches the limit partway had some claims taken and kept them for 60 s (a replay right after memory was freed
+  // passed over those letters), or had its claims taken and some appends refused, and answered a short count as done.
+  it('a replay that reaches maxmemory partway throws RedisFullError and keeps no claim: the next replay takes every letter left', async () => {
+    const app = await start({});
+    const admin = app.get(EventrailAdmin);
+    await redis.sadd(keys.groups, 'billing');
+    /** Dead letters as a sink writes them (the original entry's fields, then the failure), about 1 KiB each. */
+    const topUp = async (count: number): Promise<void> => {
+      const pipeline = redis.pipeline();
+      const now = String(Date.now());
+      for (let i = 0; i < count; i++) {
+        const original = [
+          'id',
+          randomUUID(),
+          'event',
+          'filler',
+          'time',
+          now,
+          'data',
+          JSON.stringify({ i, pad: 'x'.repeat(1024) }),
+          'key',
+          `k${i}`,
+        ];
+        const failure = ['group', 'billing', 'partition', '0', 'offset', `${i + 1}-0`, 'reason', 'retries-exhausted'];
+        const error = ['errorName', 'Error', 'errorMessage', 'boom', 'errorStack', '', 'attempts', '1'];
+        const times = ['firstFailedAt', now, 'lastFailedAt', now, 'worker', 'w'];
+        pipeline.xadd(keys.deadLetters('billing'), '*', ...original, ...failure, ...error, ...times);
+      }
+      await pipeline.exec();
+    };
+    let threw = 0;
+    // Limits from a little above what Redis uses to well above it: somewhere in between, the page's claims or its
+    // appends cross it partway (where exactly depends on the build's allocator and the client buffers).
+    for (const margin of [16, 32, 48, 64, 96, 128, 192, 256, 384, 512].map((kb) => kb * 1024)) {
+      const left = await redis.xlen(keys.deadLetters('billing'));
+      if (left < 500) await topUp(500 - left);
+      await redis.config('SET', 'maxmemory', String((await usedMemory()) + margin));
+      const first = await admin.replayDeadLetters('billing', 'all').catch((error: unknown) => error);
+      await redis.config('SET', 'maxmemory', '0');
+      if (first instanceof RedisFullError) threw++;
+      // Done whole, or refused: never a short count reported as done.
+      else expect([margin, first]).toEqual([margin, 500]);
+      const remaining = await redis.xlen(keys.deadLetters('billing'));
+      const second = await admin.replayDeadLetters('billing', 'all');
+      expect([margin, second, await redis.xlen(keys.deadLetters('billing'))]).toEqual([margin, remaining, 0]);
+    }
+    expect(threw).toBeGreaterThan(0);
   });
 
   it('refuses retryParked and giveUpParked with RedisFullError naming the operation, and leaves no command', async () => {
