@@ -159,17 +159,14 @@ export class DeadLetterAdmin {
     for (const [id] of page) claiming.set(keys.replayClaim(group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
     const claims = (await claiming.exec()) ?? [];
     const refused = claims.find(([error]) => error);
+    const claimed = page.filter((_, i) => claims[i]?.[1] === 'OK');
     if (refused) {
       // A full Redis refuses the claims (and would refuse the appends): nothing of this page is replayed. Claims taken
       // before Redis crossed maxmemory go back, or a replay once memory is freed would pass over their letters.
-      await this.releaseClaims(
-        group,
-        token,
-        page.filter((_, i) => claims[i]?.[1] === 'OK'),
-      );
+      await this.releaseClaims(group, token, claimed);
       throw RedisFullError.from('replay dead letters', refused[0]);
     }
-    const letters = page.filter((_, i) => claims[i]?.[1] === 'OK').map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    const letters = claimed.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
     if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters, this.options.tracing);
     // Only what was appended leaves the dead-letter stream; the claims of the
