@@ -319,12 +319,15 @@ describe('parked keys: a failing message holds back only its key', () => {
     const BATCHES = 30;
     const commandsOf = async (provider: unknown): Promise<Map<string, number>> => {
       const app = await start([provider]);
-      await publish(app, ['X0']);
-      await waitFor(() => dependency.handled.length === 1, 'the first handled');
+      const [first] = await publish(app, ['X0']);
+      // X0's commit is out before the window opens, so every commit the window sees is one of its batches'.
+      await waitFor(async () => (await redis.get(keys.offset('quiet', first.partition))) === first.offset, 'the first committed');
+      // The test's own reads of the offset are left out: how often it polls is the host's speed, not the consumer's.
+      const own = /addr=(\S+)/.exec(String(await redis.client('INFO')))?.[1];
       const monitor = await monitorOf(redis);
       const counts = new Map<string, number>();
       monitor.on('monitor', (_time: string, args: string[], source: string) => {
-        if (source === 'lua' || !args.some((a) => a.includes(prefix))) return;
+        if (source === 'lua' || source === own || !args.some((a) => a.includes(prefix))) return;
         const name = args[0].toLowerCase();
         counts.set(name, (counts.get(name) ?? 0) + 1);
       });
@@ -348,8 +351,11 @@ describe('parked keys: a failing message holds back only its key', () => {
     const byKey = await commandsOf(QuietByKey);
     expect([...byKey.keys()].sort()).toEqual([...byPartition.keys()].sort());
     expect(byKey.has('hgetall')).toBe(false);
-    // Commits merge by time, so the counts wander a little; a command more per batch would be 30 more.
-    for (const [name, count] of byPartition) expect(Math.abs((byKey.get(name) ?? 0) - count)).toBeLessThan(BATCHES / 3);
+    // Commits merge by time: 1 to 30 of them on either side, as fast as the host is, so the counts are not
+    // compared one for one. A command more per batch comes on top of at least one: over both BATCHES and what
+    // partition ordering sent.
+    for (const [name, count] of byKey)
+      expect({ name, count }).toEqual({ name, count: Math.min(count, Math.max(byPartition.get(name) ?? 0, BATCHES)) });
     // A read and a commit per batch at least: the window saw the batches.
     expect([...byKey.values()].reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(BATCHES);
   });
