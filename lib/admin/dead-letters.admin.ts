@@ -81,7 +81,9 @@ export class DeadLetterAdmin {
   /**
    * Appends dead letters back to the log for `group` alone (other groups skip
    * them), with their original event id, key and publish time, and removes
-   * them from the dead-letter stream. Returns how many were replayed.
+   * them from the dead-letter stream. Returns how many were replayed. Redis
+   * refusing it for memory partway rejects with `RedisFullError`, whose `done`
+   * is how many letters were replayed before the refusal.
    */
   async replay(group: string, ids: readonly string[] | 'all', onProgress?: ProgressListener): Promise<number> {
     if (ids !== 'all') {
@@ -95,7 +97,7 @@ export class DeadLetterAdmin {
         const n = nextRead(Math.min(PAGE, ids.length - i), DEFAULT_PAGE_BYTES, largest);
         const page = await this.fetch(group, ids.slice(i, i + n));
         for (const [id, fields] of page) largest = Math.max(largest, entrySize(id, fields));
-        replayed += await this.replayPage(group, page);
+        replayed += await this.replayPage(group, page).catch((error: unknown) => refusedAfter(error, replayed));
         i += n;
         onProgress?.(i, ids.length);
       }
@@ -118,7 +120,7 @@ export class DeadLetterAdmin {
         (id) => `(${id}`,
       );
       if (page.length === 0) return replayed;
-      replayed += await this.replayPage(group, page);
+      replayed += await this.replayPage(group, page).catch((error: unknown) => refusedAfter(error, replayed));
       done += page.length;
       onProgress?.(Math.min(done, total), total);
       after = `(${page[page.length - 1][0]}`;
@@ -164,7 +166,7 @@ export class DeadLetterAdmin {
       // A full Redis refuses the claims (and would refuse the appends): nothing of this page is replayed. Claims taken
       // before Redis crossed maxmemory go back, or a replay once memory is freed would pass over their letters.
       await this.releaseClaims(group, token, claimed);
-      throw RedisFullError.from('replay dead letters', refused[0]);
+      throw RedisFullError.from('replay dead letters', refused[0], 0);
     }
     const letters = claimed.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
     if (letters.length === 0) return 0;
@@ -182,7 +184,7 @@ export class DeadLetterAdmin {
     // Redis crossed maxmemory between the claims and the appends: the refused letters stay dead letters, and the
     // replay stops here rather than answer a count short of what was asked as if it were done.
     const full = failures.find((failure) => failure !== null && RedisFullError.isOutOfMemory(failure));
-    if (full) throw RedisFullError.from('replay dead letters', full);
+    if (full) throw RedisFullError.from('replay dead letters', full, appended.length);
     return appended.length;
   }
 
@@ -203,4 +205,9 @@ export class DeadLetterAdmin {
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
     return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
   }
+}
+
+/** A page's refusal, counting the letters the pages before it replayed (`RedisFullError.done`); any other error as it is. */
+function refusedAfter(error: unknown, replayed: number): never {
+  throw error instanceof RedisFullError ? error.after(replayed) : error;
 }

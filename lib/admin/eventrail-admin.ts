@@ -278,7 +278,9 @@ export class EventrailAdmin {
    * them), with their original event id, key and publish time, and removes
    * them from the dead-letter stream. Returns how many were replayed;
    * `onProgress` hears after each page (up to 500 dead letters and 4 MiB).
-   * Replays running at once append each dead letter once.
+   * Replays running at once append each dead letter once. A Redis over
+   * `maxmemory` rejects it with `RedisFullError`, whose `done` is how many
+   * letters were replayed (and left the dead-letter stream) before the refusal.
    */
   async replayDeadLetters(
     group: string,

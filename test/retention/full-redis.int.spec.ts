@@ -49,6 +49,30 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
       pipeline.xadd(keys.deadLetters(group), '*', 'event', 'filler', 'data', 'x'.repeat(1024), 'error', 'boom');
     await pipeline.exec();
   };
+  /** `count` dead letters of `group` as a sink writes them (the original entry's fields, then the failure), data of about `pad` bytes. */
+  const sinkLetters = async (group: string, count: number, pad = 1024): Promise<void> => {
+    const pipeline = redis.pipeline();
+    const now = String(Date.now());
+    for (let i = 0; i < count; i++) {
+      const original = [
+        'id',
+        randomUUID(),
+        'event',
+        'filler',
+        'time',
+        now,
+        'data',
+        JSON.stringify({ i, pad: 'x'.repeat(pad) }),
+        'key',
+        `k${i}`,
+      ];
+      const failure = ['group', group, 'partition', '0', 'offset', `${i + 1}-0`, 'reason', 'retries-exhausted'];
+      const error = ['errorName', 'Error', 'errorMessage', 'boom', 'errorStack', '', 'attempts', '1'];
+      const times = ['firstFailedAt', now, 'lastFailedAt', now, 'worker', 'w'];
+      pipeline.xadd(keys.deadLetters(group), '*', ...original, ...failure, ...error, ...times);
+    }
+    await pipeline.exec();
+  };
   /**
    * Sets maxmemory below what Redis uses now, and checks that a plain write is refused. The margin is wider
    * than what Redis frees on its own (idle clients' query and reply buffers, shrunk by its cron: tens of KB
@@ -94,47 +118,47 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
     const app = await start({});
     const admin = app.get(EventrailAdmin);
     await redis.sadd(keys.groups, 'billing');
-    /** Dead letters as a sink writes them (the original entry's fields, then the failure), about 1 KiB each. */
-    const topUp = async (count: number): Promise<void> => {
-      const pipeline = redis.pipeline();
-      const now = String(Date.now());
-      for (let i = 0; i < count; i++) {
-        const original = [
-          'id',
-          randomUUID(),
-          'event',
-          'filler',
-          'time',
-          now,
-          'data',
-          JSON.stringify({ i, pad: 'x'.repeat(1024) }),
-          'key',
-          `k${i}`,
-        ];
-        const failure = ['group', 'billing', 'partition', '0', 'offset', `${i + 1}-0`, 'reason', 'retries-exhausted'];
-        const error = ['errorName', 'Error', 'errorMessage', 'boom', 'errorStack', '', 'attempts', '1'];
-        const times = ['firstFailedAt', now, 'lastFailedAt', now, 'worker', 'w'];
-        pipeline.xadd(keys.deadLetters('billing'), '*', ...original, ...failure, ...error, ...times);
-      }
-      await pipeline.exec();
-    };
     let threw = 0;
     // Limits from a little above what Redis uses to well above it: somewhere in between, the page's claims or its
     // appends cross it partway (where exactly depends on the build's allocator and the client buffers).
     for (const margin of [16, 32, 48, 64, 96, 128, 192, 256, 384, 512].map((kb) => kb * 1024)) {
       const left = await redis.xlen(keys.deadLetters('billing'));
-      if (left < 500) await topUp(500 - left);
+      if (left < 500) await sinkLetters('billing', 500 - left);
       await redis.config('SET', 'maxmemory', String((await usedMemory()) + margin));
       const first = await admin.replayDeadLetters('billing', 'all').catch((error: unknown) => error);
       await redis.config('SET', 'maxmemory', '0');
-      if (first instanceof RedisFullError) threw++;
+      const remaining = await redis.xlen(keys.deadLetters('billing'));
+      if (first instanceof RedisFullError) {
+        threw++;
+        // The refusal counts what went through before it: every letter that left the dead-letter stream.
+        expect([margin, first.done]).toEqual([margin, 500 - remaining]);
+      }
       // Done whole, or refused: never a short count reported as done.
       else expect([margin, first]).toEqual([margin, 500]);
-      const remaining = await redis.xlen(keys.deadLetters('billing'));
       const second = await admin.replayDeadLetters('billing', 'all');
       expect([margin, second, await redis.xlen(keys.deadLetters('billing'))]).toEqual([margin, remaining, 0]);
     }
     expect(threw).toBeGreaterThan(0);
+  });
+
+  it('a replay refused on a later page counts the pages before it in RedisFullError.done', async () => {
+    const app = await start({});
+    await redis.sadd(keys.groups, 'billing');
+    // A page of 500 small letters, then one of 500 letters of 4 KiB: the limit lets the first page through and
+    // stops the second partway (a page's letters leave the dead-letter stream only once it is appended).
+    await sinkLetters('billing', 500, 16);
+    await sinkLetters('billing', 500, 4096);
+    await redis.config('SET', 'maxmemory', String((await usedMemory()) + 1024 * 1024));
+    const refusal = await app
+      .get(EventrailAdmin)
+      .replayDeadLetters('billing', 'all')
+      .catch((error: unknown) => error);
+    await redis.config('SET', 'maxmemory', '0');
+    const remaining = await redis.xlen(keys.deadLetters('billing'));
+    expect(refusal).toBeInstanceOf(RedisFullError);
+    expect((refusal as RedisFullError).done).toBe(1000 - remaining);
+    expect((refusal as RedisFullError).done).toBeGreaterThanOrEqual(500);
+    expect((refusal as RedisFullError).message).toContain(`refused to replay dead letters after ${1000 - remaining} went through`);
   });
 
   it('refuses retryParked and giveUpParked with RedisFullError naming the operation, and leaves no command', async () => {
