@@ -35,12 +35,48 @@ export function launchChromium(): Promise<Browser> {
   });
 }
 
+/** Each watched page's failed requests, refused answers (400 and above) and console errors, for `waitVisible`'s message. */
+const pageLogs = new WeakMap<Page, string[]>();
+
 /** Fails the test on script errors and CSP violations, which a strict CSP turns into console errors. */
 export function watchPage(page: Page): string[] {
   const problems: string[] = [];
+  const log: string[] = [];
+  pageLogs.set(page, log);
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
   page.on('console', (message) => {
+    if (message.type() === 'error') log.push(`console: ${message.text()}`);
     if (message.type() === 'error' && /Content Security Policy|Refused to/i.test(message.text())) problems.push(message.text());
   });
+  page.on('requestfailed', (request) => log.push(`failed: ${request.method()} ${request.url()} (${request.failure()?.errorText ?? '?'})`));
+  page.on('response', (response) => {
+    if (response.status() >= 400) log.push(`${response.status()}: ${response.request().method()} ${response.url()}`);
+  });
   return problems;
+}
+
+/**
+ * Waits for the element of `testid` to be visible. When it never is, the error says what the page showed
+ * (its view and its "updated" line) and, for a page `watchPage` watches, which requests failed or were refused.
+ */
+export async function waitVisible(page: Page, testid: string): Promise<void> {
+  try {
+    await page.getByTestId(testid).waitFor({ state: 'visible' });
+  } catch (error) {
+    const text = (selector: string): Promise<string> =>
+      page
+        .locator(selector)
+        .innerText({ timeout: 1_000 })
+        .then(
+          (shown) => shown.slice(0, 500),
+          (failure: unknown) => `(${String(failure).split('\n')[0]})`,
+        );
+    const shown = { view: await text('#view'), updated: await text('#updated') };
+    const requests = pageLogs.get(page) ?? ['(page not watched)'];
+    throw new Error(
+      `${testid} never became visible (${String(error).split('\n')[0]}); the page showed ${JSON.stringify(shown)}; ` +
+        `requests and console errors: ${JSON.stringify(requests)}`,
+      { cause: error },
+    );
+  }
 }

@@ -19,7 +19,7 @@ import { EventrailDashboardModule } from '../../lib/dashboard/eventrail-dashboar
 import { EventrailKeys } from '../../lib/redis/keys';
 import type { EventrailDashboardOptions } from '../../lib/dashboard/dashboard.options';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
-import { ARTIFACTS, browserSuite, launchChromium, watchPage } from './browser.harness';
+import { ARTIFACTS, browserSuite, launchChromium, waitVisible, watchPage } from './browser.harness';
 
 const TOKEN = 'test-token';
 /** The dead letter whose payload tries to become markup. */
@@ -310,7 +310,7 @@ suite('dashboard in a real browser', () => {
     const page = await newPage('dark');
     const problems = watchPage(page);
     await page.goto(link);
-    await page.getByTestId('readonly-badge').waitFor({ state: 'visible' });
+    await waitVisible(page, 'readonly-badge');
     // The UI took the token from the fragment and took it out of the address bar: no sign-in form.
     await page.locator('[data-testid="group-card"][data-group="billing"]').waitFor();
     expect(page.url()).toBe(`${readOnly.url}#/`);
@@ -337,6 +337,28 @@ suite('dashboard in a real browser', () => {
     });
     expect(refused.status).toBe(403);
     expect((await admin.group('billing')).deadLetters).toBe(count);
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it('comes up on its own when its configuration cannot be loaded at first (the app restarting, a dropped request)', async () => {
+    const page = await newPage();
+    const problems = watchPage(page);
+    // The first two asks fail as a restarting app and a dropped connection would; the third goes through.
+    let asked = 0;
+    await page.route('**/eventrail/api/config', async (route) => {
+      asked++;
+      if (asked === 1) await route.fulfill({ status: 503, contentType: 'application/json', body: '{"message":"starting"}' });
+      else if (asked === 2) await route.abort('connectionreset');
+      else await route.continue();
+    });
+    await page.goto(`${url}#token=${TOKEN}`);
+    await page
+      .getByTestId('notice')
+      .filter({ hasText: /Cannot load the dashboard configuration: starting\. Trying again in 1 s/ })
+      .waitFor();
+    await page.locator('[data-testid="group-card"][data-group="billing"]').waitFor();
+    expect(asked).toBe(3);
+    await expect(page.getByTestId('token-form').count()).resolves.toBe(0);
     expect(problems).toEqual([]);
   }, 60_000);
 });

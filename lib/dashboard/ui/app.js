@@ -191,6 +191,22 @@ function showLogin(error) {
   input.focus();
 }
 
+/**
+ * The dashboard's configuration, asked for again (after 1, 2, 4, then every 10 s) while it cannot be loaded: a
+ * page opened while the app restarts (a deploy) or across a dropped request comes up on its own once it answers.
+ */
+async function configLoaded() {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await loadConfig();
+    } catch (error) {
+      const seconds = Math.min(2 ** attempt, 10);
+      fill(view, notice(`Cannot load the dashboard configuration: ${error.message}. Trying again in ${seconds} s.`));
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    }
+  }
+}
+
 async function boot() {
   takeTokenFromFragment();
   for (const link of document.querySelectorAll('a[href^="#"]')) link.setAttribute('href', inPage(link.getAttribute('href')));
@@ -199,12 +215,7 @@ async function boot() {
     if (!document.hidden) void refresh();
   });
   window.addEventListener('hashchange', route);
-  try {
-    state.config = await loadConfig();
-  } catch (error) {
-    fill(view, notice(`Cannot load the dashboard configuration: ${error.message}`));
-    return;
-  }
+  state.config = await configLoaded();
   if (state.config.authRequired) onTokenRefused(() => signOut('The token was refused. Enter it again.'));
   if (state.config.authRequired && !hasToken()) showLogin();
   else start();
