@@ -66,11 +66,11 @@ function parseArgs(argv: string[]): Args {
 }
 
 /** One run of one variant on fresh state: a flushed server of our own, or a new prefix deleted afterwards. */
-async function runOnce(variant: Variant, redis: BenchRedis, admin: Redis, scenario: string, events?: number): Promise<Measurement> {
+async function runOnce(variant: Variant, redis: BenchRedis, admin: Redis, scenario: string): Promise<Measurement> {
   const prefix = `bench-${scenario}-${randomBytes(4).toString('hex')}`;
   if (redis.owned) await admin.flushall();
   try {
-    const measurement = await variant.run({ url: redis.url, admin, prefix, events });
+    const measurement = await variant.run({ url: redis.url, admin, prefix });
     if (measurement.done < measurement.expected) {
       throw new Error(`${variant.label}: ${measurement.done} of ${measurement.expected} events`);
     }
@@ -118,23 +118,6 @@ function evaluate(target: Target, variants: VariantResult[], judge: boolean): Ta
 }
 
 /**
- * One measurement of a variant's turns (`Scenario.turns`): the rate is all of their events over all of
- * their time, every other metric (a cost per event) the turns' values weighted by their events.
- */
-function sumOfTurns(turns: Measurement[]): Measurement {
-  if (turns.length === 1) return turns[0];
-  const done = turns.reduce((sum, t) => sum + t.done, 0);
-  const metrics: Record<string, number> = {};
-  for (const key of Object.keys(turns[0].metrics)) {
-    metrics[key] =
-      key === 'rate'
-        ? done / turns.reduce((seconds, t) => seconds + t.done / t.metrics.rate, 0)
-        : turns.reduce((sum, t) => sum + t.metrics[key] * t.done, 0) / done;
-  }
-  return { metrics, expected: turns.reduce((sum, t) => sum + t.expected, 0), done };
-}
-
-/**
  * Warm-up (full size only), then the rounds, each running every variant once, the order turning
  * round by round (A B C, C B A, A B C ...): a drift of the host over a round (a warming cache, a
  * neighbour's burst) then weighs on each variant alike.
@@ -152,19 +135,10 @@ async function runScenario(
   const errors: string[] = [];
   try {
     for (const variant of warmup?.variants ?? []) await runOnce(variant, redis, admin, scenario.id);
-    const turns = scenario.turns ?? 1;
     for (let round = 0; round < scenario.rounds; round++) {
-      const measured: Measurement[][] = scenario.variants.map(() => []);
-      for (let turn = 0; turn < turns; turn++) {
-        const order = scenario.variants.map((_, i) => i);
-        if ((round * turns + turn) % 2 === 1) order.reverse();
-        for (const i of order) {
-          const variant = scenario.variants[i];
-          const events = turns === 1 ? undefined : Math.round(variant.events / turns);
-          measured[i].push(await runOnce(variant, redis, admin, scenario.id, events));
-        }
-      }
-      measured.forEach((turnsOf, i) => variants[i].rounds.push(sumOfTurns(turnsOf).metrics));
+      const order = scenario.variants.map((_, i) => i);
+      if (round % 2 === 1) order.reverse();
+      for (const i of order) variants[i].rounds.push((await runOnce(scenario.variants[i], redis, admin, scenario.id)).metrics);
     }
   } catch (error) {
     errors.push((error as Error).stack ?? String(error));
@@ -244,9 +218,9 @@ function isolate(scenario: Scenario, warmup: Scenario | undefined, size: Size, u
   ] as const) {
     for (const variant of s?.variants ?? []) {
       const { child, ready } = childOf(variant.id);
-      variant.run = async ({ prefix, events }) => {
+      variant.run = async ({ prefix }) => {
         await ready;
-        child.send({ type: 'run', prefix, size: sizeOf, events });
+        child.send({ type: 'run', prefix, size: sizeOf });
         return (await child.next('measured', 600_000)).measurement;
       };
     }

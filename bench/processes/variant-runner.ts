@@ -28,10 +28,10 @@ async function main(): Promise<void> {
     return scenario;
   };
   onCommands({
-    run: async ({ prefix, size, events }) => {
+    run: async ({ prefix, size }) => {
       const variant = scenarioOf(size).variants.find((v) => v.id === config.variant);
       if (!variant) throw new Error(`no variant ${config.variant} in ${config.scenario}`);
-      report({ type: 'measured', measurement: await variant.run({ url: config.url, admin, prefix, events }) });
+      report({ type: 'measured', measurement: await variant.run({ url: config.url, admin, prefix }) });
     },
     stop: async () => {
       admin.disconnect();

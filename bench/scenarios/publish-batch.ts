@@ -23,23 +23,15 @@ export function publishBatch(size: Size): Scenario {
     title: 'Publish a batch (1000 a call)',
     metrics: [RATE, ...COSTS],
     rounds: size === 'quick' ? 1 : 7,
-    // Turns of 20,000 a round, as publishing from many callers takes them (see there).
-    turns: size === 'quick' ? 2 : 5,
     warmup: true,
     sharedCore: true,
     isolated: true,
     variants: [
-      { id: 'eventrail', label: 'eventrail `publishMany`', events, run: (ctx) => eventrail(ctx, ctx.events ?? events) },
-      { id: 'lua', label: `raw Lua multi-XADD, runs of ${RUN}`, events, run: (ctx) => rawLua(ctx, ctx.events ?? events) },
-      { id: 'corked', label: 'raw XADDs, socket corked per batch', events, run: (ctx) => rawCorked(ctx, ctx.events ?? events) },
-      {
-        id: 'ceiling',
-        label: '`redis-benchmark` XADD, 50 clients, `-P 100`',
-        events,
-        // The server's own rate: run whole in each turn, so that the 50 connections' setup stays a small part of it.
-        run: (ctx) => ceiling(ctx, events),
-      },
-      { id: 'bullmq', label: 'BullMQ `addBulk`', events, run: (ctx) => bullmq(ctx, ctx.events ?? events) },
+      { id: 'eventrail', label: 'eventrail `publishMany`', events, run: (ctx) => eventrail(ctx, events) },
+      { id: 'lua', label: `raw Lua multi-XADD, runs of ${RUN}`, events, run: (ctx) => rawLua(ctx, events) },
+      { id: 'corked', label: 'raw XADDs, socket corked per batch', events, run: (ctx) => rawCorked(ctx, events) },
+      { id: 'ceiling', label: '`redis-benchmark` XADD, 50 clients, `-P 100`', events, run: (ctx) => ceiling(ctx, events) },
+      { id: 'bullmq', label: 'BullMQ `addBulk`', events, run: (ctx) => bullmq(ctx, events) },
     ],
     targets: [
       { label: '`publishMany` / raw Lua multi-XADD (same entries)', variant: 'eventrail', reference: 'lua', metric: 'rate', atLeast: 0.9 },

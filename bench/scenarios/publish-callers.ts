@@ -13,8 +13,6 @@ import { perSecond } from '../support/stats';
 const CALLERS = 1000;
 /** The lone caller: one publish at a time, so the rate is 1 / the latency of one call. */
 const LONE = 1;
-/** Turns a round at full size (`Scenario.turns`); the quick run takes 2, so that CI runs the turns' sum. */
-const TURNS = 5;
 
 /**
  * Publish from many callers: single `publish` calls, 1000 in flight, against the best raw code for
@@ -23,48 +21,39 @@ const TURNS = 5;
  */
 export function publishCallers(size: Size): Scenario {
   const events = size === 'quick' ? 2_000 : 100_000;
-  const bullmqEvents = size === 'quick' ? 2_000 : 100_000;
+  const bullmqEvents = size === 'quick' ? 2_000 : 20_000;
   const loneEvents = size === 'quick' ? 500 : 10_000;
   return {
     id: 'publish-callers',
     title: 'Publish from 1000 concurrent callers',
     metrics: [RATE, ...COSTS],
     rounds: size === 'quick' ? 1 : 7,
-    // 5 turns of 20,000 a round: run whole, one after the other, a round's ratio to the corked writer went
-    // from 0.66 to 1.70 on separate cores (1.03-1.15 on one core), the rate of each variant moving with
-    // the host between them (docs/performance.md).
-    turns: size === 'quick' ? 2 : TURNS,
     warmup: true,
     sharedCore: true,
     isolated: true,
     variants: [
-      { id: 'eventrail', label: 'eventrail `publish`', events, run: (ctx) => eventrail(ctx, ctx.events ?? events, false) },
-      { id: 'corked', label: 'raw `XADD`, socket corked per tick', events, run: (ctx) => corked(ctx, ctx.events ?? events) },
-      { id: 'lua', label: 'raw Lua multi-XADD per tick', events, run: (ctx) => lua(ctx, ctx.events ?? events) },
-      {
-        id: 'raw',
-        label: 'raw `XADD` auto-pipelined (ioredis `enableAutoPipelining`)',
-        events,
-        run: (ctx) => raw(ctx, ctx.events ?? events),
-      },
+      { id: 'eventrail', label: 'eventrail `publish`', events, run: (ctx) => eventrail(ctx, events, false) },
+      { id: 'corked', label: 'raw `XADD`, socket corked per tick', events, run: (ctx) => corked(ctx, events) },
+      { id: 'lua', label: 'raw Lua multi-XADD per tick', events, run: (ctx) => lua(ctx, events) },
+      { id: 'raw', label: 'raw `XADD` auto-pipelined (ioredis `enableAutoPipelining`)', events, run: (ctx) => raw(ctx, events) },
       {
         id: 'eventrail-auto',
         label: 'eventrail `publish`, client with `enableAutoPipelining`',
         events,
-        run: (ctx) => eventrail(ctx, ctx.events ?? events, true),
+        run: (ctx) => eventrail(ctx, events, true),
       },
-      { id: 'bullmq', label: 'BullMQ `add`', events: bullmqEvents, run: (ctx) => bullmq(ctx, ctx.events ?? bullmqEvents) },
+      { id: 'bullmq', label: 'BullMQ `add`', events: bullmqEvents, run: (ctx) => bullmq(ctx, bullmqEvents) },
       {
         id: 'eventrail-lone',
         label: 'eventrail `publish`, one caller',
         events: loneEvents,
-        run: (ctx) => eventrail(ctx, ctx.events ?? loneEvents, false, LONE),
+        run: (ctx) => eventrail(ctx, loneEvents, false, LONE),
       },
       {
         id: 'raw-lone',
         label: 'raw `XADD`, one caller, plain client',
         events: loneEvents,
-        run: (ctx) => raw(ctx, ctx.events ?? loneEvents, LONE),
+        run: (ctx) => raw(ctx, loneEvents, LONE),
       },
     ],
     targets: [

@@ -24,7 +24,7 @@ export type ChildCommand =
   | { type: 'stop' }
   | { type: 'send'; events: number }
   | { type: 'await'; handled: number }
-  | { type: 'run'; prefix: string; size: Size; events?: number };
+  | { type: 'run'; prefix: string; size: Size };
 
 /** What a child does on each command it knows: the ones it leaves out are reported as failures. */
 export type CommandHandlers = { [K in ChildCommand['type']]?: (command: Extract<ChildCommand, { type: K }>) => Promise<void> };

@@ -8,8 +8,6 @@ export interface RunContext {
   /** A plain client for setup and inspection (INFO, fills of raw references). */
   admin: Redis;
   prefix: string;
-  /** A turn's share of the variant's events (`Scenario.turns`): the run does this many instead of its own number. */
-  events?: number;
 }
 
 /** One run of one variant. */
@@ -75,14 +73,6 @@ export interface Scenario {
    * its warm-up included: variants whose hot paths share code (ioredis's) must not shape each other's JIT.
    */
   isolated?: boolean;
-  /**
-   * Each round runs every variant in this many turns of its events divided by it, the
-   * variants taking turns (A B C, C B A, ...), and reports the sum of the turns as the round's
-   * measurement: each variant's events are spread over the same stretch of time, so a phase of a noisy
-   * host weighs on all of them alike rather than on the one variant that ran in it. The variants' runs
-   * must do `ctx.events` when it is given.
-   */
-  turns?: number;
 }
 
 export type ScenarioFactory = (size: Size) => Scenario;
