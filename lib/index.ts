@@ -107,6 +107,7 @@ export { InvalidEventNameError } from './errors/invalid-event-name.error';
 export { InvalidEventSchemaError } from './errors/invalid-event-schema.error';
 export { InvalidHandlerError } from './errors/invalid-handler.error';
 export { InvalidHeadersError } from './errors/invalid-headers.error';
+export { InvalidDeadLetterError } from './errors/invalid-dead-letter.error';
 export { InvalidOptionError } from './errors/invalid-option.error';
 export { InvalidPublishOptionsError } from './errors/invalid-publish-options.error';
 export { MissingPeerDependencyError } from './errors/missing-peer-dependency.error';

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { AdminView } from './admin.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
+import { DecodeError } from '../errors/decode.error';
+import { InvalidDeadLetterError } from '../errors/invalid-dead-letter.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { isMalformed } from '../wire/codec';
 import { DeadLetter, decodeDeadLetter, originalEntry } from '../wire/dead-letter.codec';
@@ -155,20 +157,24 @@ export class DeadLetterAdmin {
    */
   private async replayPage(group: string, page: Array<[string, string[]]>): Promise<number> {
     if (page.length === 0) return 0;
+    // Where each letter goes, before any is claimed: a letter that cannot be read back stops the replay with nothing of
+    // its page claimed (claims would hold the page's letters for CLAIM_TTL_MS).
+    const targets = page.map(([id, fields]) => this.targetOf(group, id, fields));
     const { keys, client } = this.redis;
     const token = randomBytes(12).toString('hex');
     const claiming = client.pipeline();
     for (const [id] of page) claiming.set(keys.replayClaim(group, id), token, 'PX', CLAIM_TTL_MS, 'NX');
     const claims = (await claiming.exec()) ?? [];
     const refused = claims.find(([error]) => error);
-    const claimed = page.filter((_, i) => claims[i]?.[1] === 'OK');
+    const claimedAt = page.flatMap((_, i) => (claims[i]?.[1] === 'OK' ? [i] : []));
+    const claimed = claimedAt.map((i) => page[i]);
     if (refused) {
       // A full Redis refuses the claims (and would refuse the appends): nothing of this page is replayed. Claims taken
       // before Redis crossed maxmemory go back, or a replay once memory is freed would pass over their letters.
       await this.releaseClaims(group, token, claimed);
       throw RedisFullError.from('replay dead letters', refused[0], 0);
     }
-    const letters = claimed.map(([id, fields]) => ({ id, ...this.replayTarget(fields) }));
+    const letters = claimedAt.map((i) => ({ id: page[i][0], ...targets[i] }));
     if (letters.length === 0) return 0;
     const failures = await redeliver(client, keys, group, letters, this.options.tracing);
     // Only what was appended leaves the dead-letter stream; the claims of the
@@ -197,6 +203,16 @@ export class DeadLetterAdmin {
     await releasing.exec().catch(() => undefined);
   }
 
+  /** `replayTarget` of the letter `id`, or `InvalidDeadLetterError` naming it when it cannot be read back. */
+  private targetOf(group: string, id: string, fields: string[]): Redelivery {
+    try {
+      return this.replayTarget(fields);
+    } catch (error) {
+      if (error instanceof DecodeError) throw new InvalidDeadLetterError(group, id, error.reason);
+      throw error;
+    }
+  }
+
   /** The original entry, back to the partition its key maps to (a keyless one to where it was). */
   private replayTarget(fields: string[]): Redelivery {
     const { entry, partition } = originalEntry(fields, this.redis.keys.logTag);
@@ -207,7 +223,8 @@ export class DeadLetterAdmin {
   }
 }
 
-/** A page's refusal, counting the letters the pages before it replayed (`RedisFullError.done`); any other error as it is. */
+/** A page's refusal, counting the letters the pages before it replayed (`done`); any other error as it is. */
 function refusedAfter(error: unknown, replayed: number): never {
-  throw error instanceof RedisFullError ? error.after(replayed) : error;
+  if (error instanceof RedisFullError || error instanceof InvalidDeadLetterError) throw error.after(replayed);
+  throw error;
 }

@@ -3,6 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import { EventrailAdmin } from '../admin/eventrail-admin';
 import { EventrailError } from '../errors/eventrail.error';
 import { GroupHasLiveMembersError } from '../errors/group-has-live-members.error';
+import { InvalidDeadLetterError } from '../errors/invalid-dead-letter.error';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { RedisUnavailableError } from '../errors/redis-unavailable.error';
@@ -63,6 +64,8 @@ function statusOf(error: EventrailError): number {
   if (error instanceof InvalidOptionError) return HttpStatus.BAD_REQUEST;
   if (error instanceof UnknownGroupError) return HttpStatus.NOT_FOUND;
   if (error instanceof GroupHasLiveMembersError) return HttpStatus.CONFLICT;
+  // A stored letter eventrail cannot read back: no retry helps until it is deleted.
+  if (error instanceof InvalidDeadLetterError) return HttpStatus.UNPROCESSABLE_ENTITY;
   // Redis is there but over maxmemory: the write can succeed once memory is freed (the message says how).
   if (error instanceof RedisFullError) return HttpStatus.SERVICE_UNAVAILABLE;
   return HttpStatus.INTERNAL_SERVER_ERROR;

@@ -1,6 +1,8 @@
+import { DecodeError } from '../errors/decode.error';
 import { describeThrown, isInstanceOf } from '../util/describe-error';
 import { EventValidationError, type EventValidationIssue } from '../errors/event-validation.error';
 import { FIELD, isMalformed, MalformedEntry, RawEntry, readEntry } from './codec';
+import { isStreamId } from './stream-id';
 
 /** Longest error stack kept in a dead letter. */
 const MAX_STACK = 2_000;
@@ -96,20 +98,36 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
 /**
  * The entry a dead letter was made from, as consumers read it, and the
  * partition it was in: what a replay appends again. A malformed entry comes
- * back with exactly the fields it had.
+ * back with exactly the fields it had. `DecodeError` when the letter has no
+ * `offset` (a stream id), or its `raw` (a malformed entry's fields, as
+ * eventrail writes them) is not a JSON array of strings.
  */
 export function originalEntry(list: string[], logTag: string): { entry: RawEntry | MalformedEntry; partition: number } {
   const f = fieldMap(list);
   const partition = Number(f.partition);
+  if (typeof f.offset !== 'string' || !isStreamId(f.offset)) throw new DecodeError('its field "offset" is missing or not a stream id');
   if (f.raw !== undefined) {
     return {
-      entry: { offset: f.offset, fields: JSON.parse(f.raw) as string[], reason: 'dead-lettered as malformed', to: undefined },
+      entry: { offset: f.offset, fields: rawFields(f.raw), reason: 'dead-lettered as malformed', to: undefined },
       partition,
     };
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
   return { entry: readEntry(f.offset, original, { partition, logTag }), partition };
+}
+
+/** A malformed entry's fields as its dead letter keeps them (`raw`), or `DecodeError`. */
+function rawFields(raw: string): string[] {
+  let fields: unknown;
+  try {
+    fields = JSON.parse(raw);
+  } catch {
+    throw new DecodeError('its field "raw" is not valid JSON');
+  }
+  if (!Array.isArray(fields) || !fields.every((field) => typeof field === 'string'))
+    throw new DecodeError('its field "raw" is not a JSON array of strings');
+  return fields as string[];
 }
 
 export function decodeDeadLetter(id: string, list: string[]): DeadLetter {

@@ -17,6 +17,7 @@ import {
 import { request as httpRequest } from 'node:http';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
 import { startRedisServer } from '../support/redis-server';
+import { EventrailKeys } from '../../lib/redis/keys';
 
 // Response bodies are checked field by field below.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -279,6 +280,36 @@ describe('Dashboard options', () => {
       expect((await body(replay)).message).toBe('The eventrail dashboard is read-only');
       expect((await fetch(`${url}/eventrail/api/groups/billing/dead-letters`, { method: 'DELETE' })).status).toBe(403);
       expect((await fetch(`${url}/eventrail/api/groups/billing/dead-letters`)).status).toBe(200);
+      expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('answers a replay that meets a dead letter edited by hand with 422 InvalidDeadLetterError naming it', async () => {
+    const { app, url } = await startApp('express', prefix, { auth: false });
+    try {
+      await redis.sadd(new EventrailKeys(prefix, 1).groups, 'billing');
+      const edited = (await redis.xadd(
+        new EventrailKeys(prefix, 1).deadLetters('billing'),
+        '*',
+        ...['raw', '{not json', 'group', 'billing', 'partition', '0', 'offset', '1-0', 'reason', 'malformed'],
+      )) as string;
+      const replay = await fetch(`${url}/eventrail/api/groups/billing/dead-letters/replay`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"all":true}',
+      });
+      expect([replay.status, await body(replay)]).toEqual([
+        422,
+        {
+          statusCode: 422,
+          error: 'InvalidDeadLetterError',
+          message: expect.stringContaining(
+            `Dead letter ${edited} of group "billing" cannot be replayed: its field "raw" is not valid JSON`,
+          ),
+        },
+      ]);
       expect(await app.get(EventrailAdmin).deadLetterCount('billing')).toBe(1);
     } finally {
       await app.close();

@@ -46,7 +46,20 @@ describe('a full Redis: retention and dead-letter purges free memory, the rest s
     await redis.sadd(keys.groups, group);
     const pipeline = redis.pipeline();
     for (let i = 0; i < count; i++)
-      pipeline.xadd(keys.deadLetters(group), '*', 'event', 'filler', 'data', 'x'.repeat(1024), 'error', 'boom');
+      pipeline.xadd(
+        keys.deadLetters(group),
+        '*',
+        'event',
+        'filler',
+        'data',
+        'x'.repeat(1024),
+        'partition',
+        '0',
+        'offset',
+        `${i + 1}-0`,
+        'error',
+        'boom',
+      );
     await pipeline.exec();
   };
   /** `count` dead letters of `group` as a sink writes them (the original entry's fields, then the failure), data of about `pad` bytes. */

@@ -1,0 +1,195 @@
+import { INestApplicationContext } from '@nestjs/common';
+import Redis from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { EventrailAdmin, InvalidDeadLetterError } from '../../lib';
+import { EventrailKeys } from '../../lib/redis/keys';
+import { assertBuilt, cliEnv, runCli } from '../cli/cli.harness';
+import { createApp } from '../support/app';
+import { deletePrefix, testRedisUrl, uniquePrefix } from '../support/helpers';
+
+/**
+ * Dead letters whose stored fields eventrail did not write (edited by hand): a replay names the letter with
+ * `InvalidDeadLetterError` before it claims or appends anything of its page, instead of a bare `SyntaxError`
+ * after the page's claims were taken (which held those letters for a minute). Found by helper-85.
+ */
+describe('a replay meets a dead letter edited by hand', () => {
+  let redis: Redis;
+  let prefix: string;
+  let keys: EventrailKeys;
+  let app: INestApplicationContext | undefined;
+
+  beforeAll(() => {
+    redis = new Redis(testRedisUrl());
+  });
+  beforeEach(async () => {
+    prefix = uniquePrefix('edited');
+    keys = new EventrailKeys(prefix, 2);
+    app = await createApp({ prefix, partitions: 2 }, []);
+    await redis.sadd(keys.groups, 'billing');
+  });
+  afterEach(async () => {
+    await app?.close();
+    await deletePrefix(redis, prefix);
+  });
+  afterAll(() => redis.disconnect());
+
+  /** A dead letter as a sink writes it for a well-formed entry (its original fields, then the failure). */
+  const goodLetter = (n: number): Promise<string> =>
+    redis.xadd(
+      keys.deadLetters('billing'),
+      '*',
+      ...['id', randomUUID(), 'event', 'order.placed', 'data', JSON.stringify({ n }), 'key', `k${n}`],
+      ...[
+        'group',
+        'billing',
+        'partition',
+        '0',
+        'offset',
+        `${n + 1}-0`,
+        'reason',
+        'retries-exhausted',
+        'errorName',
+        'Error',
+        'errorMessage',
+        'boom',
+        'attempts',
+        '1',
+      ],
+    ) as Promise<string>;
+  /** A dead letter of a malformed entry, its `raw` field (the entry's fields as JSON) replaced by `raw`. */
+  const editedLetter = (raw: string): Promise<string> =>
+    redis.xadd(
+      keys.deadLetters('billing'),
+      '*',
+      'raw',
+      raw,
+      'group',
+      'billing',
+      'partition',
+      '1',
+      'offset',
+      '9-0',
+      'reason',
+      'malformed',
+      'errorName',
+      'DecodeError',
+      'errorMessage',
+      'x',
+      'attempts',
+      '0',
+    ) as Promise<string>;
+  /** Claims held on letters still dead (a replayed letter's claim is left to expire, by design). */
+  const claimsLeft = async (): Promise<number> => {
+    const ids = (await redis.xrange(keys.deadLetters('billing'), '-', '+')).map(([id]) => id);
+    return ids.length === 0 ? 0 : redis.exists(...ids.map((id) => keys.replayClaim('billing', id)));
+  };
+  const logLength = async (): Promise<number> => (await redis.xlen(keys.stream(0))) + (await redis.xlen(keys.stream(1)));
+
+  // Anything a hand could put there: not JSON, JSON of the wrong shape, an array holding something else than strings.
+  // (Each with an offset: a letter without a valid one is refused as well, below.)
+  const EDITED = [
+    'not json',
+    '',
+    '{"a":1}',
+    '"event"',
+    'null',
+    '42',
+    '[1,2]',
+    '["event",null]',
+    '[["a"]]',
+    '[{"event":"x"}]',
+    '["a",true]',
+    '[',
+    '\u0000',
+  ];
+
+  it.each(EDITED)(
+    'raw %j: InvalidDeadLetterError naming the letter; nothing of its page claimed or appended; the others replay by id',
+    async (raw) => {
+      const before = await goodLetter(1);
+      const edited = await editedLetter(raw);
+      const after = await goodLetter(2);
+      const admin = (app as INestApplicationContext).get(EventrailAdmin);
+
+      const refused = await admin.replayDeadLetters('billing', 'all').catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(InvalidDeadLetterError);
+      expect(refused).toMatchObject({ group: 'billing', id: edited, done: 0, reason: expect.stringMatching(/field "raw"/) });
+      expect((refused as Error).message).toContain(`Dead letter ${edited} of group "billing" cannot be replayed`);
+      expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([3, 0, 0]);
+
+      // Nothing waits on a claim: the others replay at once, by id.
+      await expect(admin.replayDeadLetters('billing', [before, after])).resolves.toBe(2);
+      expect([await redis.xlen(keys.deadLetters('billing')), await logLength()]).toEqual([1, 2]);
+    },
+  );
+
+  it.each([[[]], [['offset', '']], [['offset', 'x']], [['offset', '12']], [['offset', '1-0-0']]])(
+    'a letter with offset fields %j: InvalidDeadLetterError, nothing claimed or appended',
+    async (offset: string[]) => {
+      const fields = [
+        'id',
+        randomUUID(),
+        'event',
+        'order.placed',
+        'data',
+        '{}',
+        'group',
+        'billing',
+        'partition',
+        '0',
+        'reason',
+        'retries-exhausted',
+      ];
+      const edited = (await redis.xadd(keys.deadLetters('billing'), '*', ...fields, ...offset)) as string;
+      await goodLetter(1);
+      const refused = await (app as INestApplicationContext)
+        .get(EventrailAdmin)
+        .replayDeadLetters('billing', 'all')
+        .catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(InvalidDeadLetterError);
+      expect(refused).toMatchObject({ id: edited, done: 0, reason: expect.stringMatching(/field "offset"/) });
+      expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([2, 0, 0]);
+    },
+  );
+
+  it('CLI: eventrail dlq replay --all exits 1 naming the letter', async () => {
+    assertBuilt();
+    const edited = await editedLetter('not json');
+    const replay = await runCli(['dlq', 'replay', 'billing', '--all'], cliEnv(prefix));
+    expect(replay.code).toBe(1);
+    expect(replay.stderr).toContain(`Dead letter ${edited} of group "billing" cannot be replayed: its field "raw" is not valid JSON`);
+    expect(await redis.xlen(keys.deadLetters('billing'))).toBe(1);
+  });
+
+  it('counts the pages replayed before the edited letter in done', async () => {
+    const pipeline = redis.pipeline();
+    for (let n = 0; n < 600; n++)
+      pipeline.xadd(
+        keys.deadLetters('billing'),
+        '*',
+        'id',
+        randomUUID(),
+        'event',
+        'order.placed',
+        'data',
+        '{}',
+        'group',
+        'billing',
+        'partition',
+        '0',
+        'offset',
+        `${n + 1}-0`,
+        'reason',
+        'retries-exhausted',
+      );
+    await pipeline.exec();
+    const edited = await editedLetter('not json');
+    const refused = await (app as INestApplicationContext)
+      .get(EventrailAdmin)
+      .replayDeadLetters('billing', 'all')
+      .catch((error: unknown) => error);
+    // Pages of 500: the first went through; the second, which holds the edited letter, claimed nothing.
+    expect(refused).toMatchObject({ id: edited, done: 500 });
+    expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([101, 500, 0]);
+  });
+});
