@@ -219,7 +219,8 @@ export class DeadLetterAdmin {
     const partitions = this.options.partitions;
     const key = isMalformed(entry) ? null : entry.key;
     if (key !== null) return { entry, partition: partitionForKey(key, partitions) };
-    return { entry, partition: partition >= 0 && partition < partitions ? partition : 0 };
+    // A partition field that is not one of the log's (edited by hand: "1.5" names no stream) sends it to partition 0.
+    return { entry, partition: Number.isInteger(partition) && partition >= 0 && partition < partitions ? partition : 0 };
   }
 }
 

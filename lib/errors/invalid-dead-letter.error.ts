@@ -11,7 +11,7 @@ export class InvalidDeadLetterError extends EventrailError {
     readonly group: string,
     /** The dead letter's id in the group's dead-letter stream. */
     readonly id: string,
-    /** What is wrong with it, such as `its field "raw" is not a JSON array of strings`. */
+    /** What is wrong with it, such as `its field "offset" is missing or not a stream id`. */
     readonly reason: string,
     /** Letters replayed before the replay reached this one. */
     readonly done = 0,

@@ -100,7 +100,7 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
  * partition it was in: what a replay appends again. A malformed entry comes
  * back with exactly the fields it had. `DecodeError` when the letter has no
  * `offset` (a stream id), or its `raw` (a malformed entry's fields, as
- * eventrail writes them) is not a JSON array of strings.
+ * eventrail writes them) is not a JSON array of field names and values.
  */
 export function originalEntry(list: string[], logTag: string): { entry: RawEntry | MalformedEntry; partition: number } {
   const f = fieldMap(list);
@@ -125,8 +125,9 @@ function rawFields(raw: string): string[] {
   } catch {
     throw new DecodeError('its field "raw" is not valid JSON');
   }
-  if (!Array.isArray(fields) || !fields.every((field) => typeof field === 'string'))
-    throw new DecodeError('its field "raw" is not a JSON array of strings');
+  // A stream entry has at least one field and a value for each: anything else could only be appended as another entry.
+  if (!Array.isArray(fields) || fields.length === 0 || fields.length % 2 !== 0 || !fields.every((field) => typeof field === 'string'))
+    throw new DecodeError('its field "raw" is not a JSON array of field names and values (strings, at least two, an even number)');
   return fields as string[];
 }
 

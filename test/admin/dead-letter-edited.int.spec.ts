@@ -100,6 +100,10 @@ describe('a replay meets a dead letter edited by hand', () => {
     '[{"event":"x"}]',
     '["a",true]',
     '[',
+    // Found by helper-86: arrays of strings that are no entry's fields (none, or a name without its value).
+    '[]',
+    '["event"]',
+    '["event","e","data"]',
     '\u0000',
   ];
 
@@ -149,6 +153,21 @@ describe('a replay meets a dead letter edited by hand', () => {
       expect(refused).toBeInstanceOf(InvalidDeadLetterError);
       expect(refused).toMatchObject({ id: edited, done: 0, reason: expect.stringMatching(/field "offset"/) });
       expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([2, 0, 0]);
+    },
+  );
+
+  // Found by helper-86: a keyless letter whose partition field names no stream ("1.5": keys.stream(1.5) is undefined)
+  // was appended to the key "" and deleted from the dead-letter stream, lost to every consumer.
+  it.each(['1.5', '0.5', 'NaN', '-1', '2', '1e0', ''])(
+    "a keyless letter with partition %j is replayed into one of the log's partitions",
+    async (partition) => {
+      const letter = (await redis.xadd(
+        keys.deadLetters('billing'),
+        '*',
+        ...['id', randomUUID(), 'event', 'order.placed', 'data', '{"n":1}', 'group', 'billing', 'partition', partition, 'offset', '5-0'],
+      )) as string;
+      await expect((app as INestApplicationContext).get(EventrailAdmin).replayDeadLetters('billing', [letter])).resolves.toBe(1);
+      expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await redis.exists('')]).toEqual([0, 1, 0]);
     },
   );
 

@@ -361,4 +361,18 @@ suite('dashboard in a real browser', () => {
     await expect(page.getByTestId('token-form').count()).resolves.toBe(0);
     expect(problems).toEqual([]);
   }, 60_000);
+
+  it('shows a refused configuration (a 4xx) without asking again, and starts nothing', async () => {
+    const page = await newPage();
+    let asked = 0;
+    await page.route('**/eventrail/api/config', async (route) => {
+      asked++;
+      await route.fulfill({ status: 403, contentType: 'application/json', body: '{"message":"this machine only"}' });
+    });
+    await page.goto(`${url}#token=${TOKEN}`);
+    const shown = page.getByTestId('notice').filter({ hasText: /^Cannot load the dashboard configuration: this machine only$/ });
+    await shown.waitFor();
+    expect(asked).toBe(1);
+    await expect(page.locator('[data-testid="group-card"]').count()).resolves.toBe(0);
+  }, 60_000);
 });

@@ -58,9 +58,14 @@ export async function loadConfig() {
   if (!response.ok) {
     // The refusal of another machine or site says why; show that rather than the bare status.
     const body = await response.json().catch(() => null);
-    throw new Error(messageOf(body, `${response.status} ${response.statusText}`));
+    const error = new Error(messageOf(body, `${response.status} ${response.statusText}`));
+    error.status = response.status;
+    throw error;
   }
-  return response.json();
+  const config = await response.json();
+  // A proxy's page or an empty answer where the configuration should be: not something to start on.
+  if (config === null || typeof config !== 'object') throw new Error('the answer is not the dashboard configuration');
+  return config;
 }
 
 function messageOf(body, fallback) {

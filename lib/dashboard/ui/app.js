@@ -194,12 +194,17 @@ function showLogin(error) {
 /**
  * The dashboard's configuration, asked for again (after 1, 2, 4, then every 10 s) while it cannot be loaded: a
  * page opened while the app restarts (a deploy) or across a dropped request comes up on its own once it answers.
+ * A refusal (a 4xx: another machine or site, a wrong path) is shown and not asked again: null then.
  */
 async function configLoaded() {
   for (let attempt = 0; ; attempt++) {
     try {
       return await loadConfig();
     } catch (error) {
+      if (error.status >= 400 && error.status < 500) {
+        fill(view, notice(`Cannot load the dashboard configuration: ${error.message}`));
+        return null;
+      }
       const seconds = Math.min(2 ** attempt, 10);
       fill(view, notice(`Cannot load the dashboard configuration: ${error.message}. Trying again in ${seconds} s.`));
       await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
@@ -215,7 +220,9 @@ async function boot() {
     if (!document.hidden) void refresh();
   });
   window.addEventListener('hashchange', route);
-  state.config = await configLoaded();
+  const config = await configLoaded();
+  if (!config) return;
+  state.config = config;
   if (state.config.authRequired) onTokenRefused(() => signOut('The token was refused. Enter it again.'));
   if (state.config.authRequired && !hasToken()) showLogin();
   else start();
