@@ -33,51 +33,32 @@ describe('a replay meets a dead letter edited by hand', () => {
   });
   afterAll(() => redis.disconnect());
 
-  /** A dead letter as a sink writes it for a well-formed entry (its original fields, then the failure). */
-  const goodLetter = (n: number): Promise<string> =>
-    redis.xadd(
-      keys.deadLetters('billing'),
-      '*',
-      ...['id', randomUUID(), 'event', 'order.placed', 'data', JSON.stringify({ n }), 'key', `k${n}`],
-      ...[
-        'group',
-        'billing',
-        'partition',
-        '0',
-        'offset',
-        `${n + 1}-0`,
-        'reason',
-        'retries-exhausted',
-        'errorName',
-        'Error',
-        'errorMessage',
-        'boom',
-        'attempts',
-        '1',
-      ],
-    ) as Promise<string>;
+  /**
+   * A dead letter's fields as a sink writes them for a well-formed, keyless entry (its original fields, then the
+   * failure), with `changes` applied: a value replaces the field's, undefined leaves the field out.
+   */
+  const letterFields = (changes: Record<string, string | undefined> = {}): string[] => {
+    const fields: Record<string, string | undefined> = {
+      id: randomUUID(),
+      event: 'order.placed',
+      data: '{}',
+      group: 'billing',
+      partition: '0',
+      offset: '1-0',
+      reason: 'retries-exhausted',
+      errorName: 'Error',
+      errorMessage: 'boom',
+      attempts: '1',
+      ...changes,
+    };
+    return Object.entries(fields).flatMap(([name, value]) => (value === undefined ? [] : [name, value]));
+  };
+  const addLetter = (changes?: Record<string, string | undefined>): Promise<string> =>
+    redis.xadd(keys.deadLetters('billing'), '*', ...letterFields(changes)) as Promise<string>;
+  const goodLetter = (n: number): Promise<string> => addLetter({ data: JSON.stringify({ n }), key: `k${n}`, offset: `${n + 1}-0` });
   /** A dead letter of a malformed entry, its `raw` field (the entry's fields as JSON) replaced by `raw`. */
   const editedLetter = (raw: string): Promise<string> =>
-    redis.xadd(
-      keys.deadLetters('billing'),
-      '*',
-      'raw',
-      raw,
-      'group',
-      'billing',
-      'partition',
-      '1',
-      'offset',
-      '9-0',
-      'reason',
-      'malformed',
-      'errorName',
-      'DecodeError',
-      'errorMessage',
-      'x',
-      'attempts',
-      '0',
-    ) as Promise<string>;
+    addLetter({ id: undefined, event: undefined, data: undefined, raw, partition: '1', offset: '9-0', reason: 'malformed' });
   /** Claims held on letters still dead (a replayed letter's claim is left to expire, by design). */
   const claimsLeft = async (): Promise<number> => {
     const ids = (await redis.xrange(keys.deadLetters('billing'), '-', '+')).map(([id]) => id);
@@ -127,24 +108,10 @@ describe('a replay meets a dead letter edited by hand', () => {
     },
   );
 
-  it.each([[[]], [['offset', '']], [['offset', 'x']], [['offset', '12']], [['offset', '1-0-0']]])(
-    'a letter with offset fields %j: InvalidDeadLetterError, nothing claimed or appended',
-    async (offset: string[]) => {
-      const fields = [
-        'id',
-        randomUUID(),
-        'event',
-        'order.placed',
-        'data',
-        '{}',
-        'group',
-        'billing',
-        'partition',
-        '0',
-        'reason',
-        'retries-exhausted',
-      ];
-      const edited = (await redis.xadd(keys.deadLetters('billing'), '*', ...fields, ...offset)) as string;
+  it.each([undefined, '', 'x', '12', '1-0-0'])(
+    'a letter with offset %j: InvalidDeadLetterError, nothing claimed or appended',
+    async (offset) => {
+      const edited = await addLetter({ offset });
       await goodLetter(1);
       const refused = await (app as INestApplicationContext)
         .get(EventrailAdmin)
@@ -161,11 +128,7 @@ describe('a replay meets a dead letter edited by hand', () => {
   it.each(['1.5', '0.5', 'NaN', '-1', '2', '1e0', ''])(
     "a keyless letter with partition %j is replayed into one of the log's partitions",
     async (partition) => {
-      const letter = (await redis.xadd(
-        keys.deadLetters('billing'),
-        '*',
-        ...['id', randomUUID(), 'event', 'order.placed', 'data', '{"n":1}', 'group', 'billing', 'partition', partition, 'offset', '5-0'],
-      )) as string;
+      const letter = await addLetter({ partition, offset: '5-0' });
       await expect((app as INestApplicationContext).get(EventrailAdmin).replayDeadLetters('billing', [letter])).resolves.toBe(1);
       expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await redis.exists('')]).toEqual([0, 1, 0]);
     },
@@ -182,25 +145,7 @@ describe('a replay meets a dead letter edited by hand', () => {
 
   it('counts the pages replayed before the edited letter in done', async () => {
     const pipeline = redis.pipeline();
-    for (let n = 0; n < 600; n++)
-      pipeline.xadd(
-        keys.deadLetters('billing'),
-        '*',
-        'id',
-        randomUUID(),
-        'event',
-        'order.placed',
-        'data',
-        '{}',
-        'group',
-        'billing',
-        'partition',
-        '0',
-        'offset',
-        `${n + 1}-0`,
-        'reason',
-        'retries-exhausted',
-      );
+    for (let n = 0; n < 600; n++) pipeline.xadd(keys.deadLetters('billing'), '*', ...letterFields({ offset: `${n + 1}-0` }));
     await pipeline.exec();
     const edited = await editedLetter('not json');
     const refused = await (app as INestApplicationContext)
