@@ -300,6 +300,10 @@ describe.each(['own', 'ioredis'] as const)('commandTimeout on a read connection 
         10_000,
         50,
       );
+      // The 400 ms was for the pause. What follows checks which reply answers which command, and 1.8 MB of
+      // replies can take longer than that on a loaded host (CI saw "Command timed out" here); ioredis reads the
+      // option for each command it sends.
+      connection.options.commandTimeout = 30_000;
       const after = await Promise.all([
         connection.xreadBuffer('COUNT', 2, 'STREAMS', stream, '2-1').then(ids),
         connection.ping('two').then(String),
