@@ -621,9 +621,10 @@ export class EventrailPublisher {
   }
 
   /**
-   * The appends of concurrent `publish` calls queued in one tick, as one
-   * transaction of plain XADDs (`appendTransaction`): one command for Redis to
-   * answer and this process to read, instead of one per call. Redis appends
+   * Up to 128 appends of concurrent `publish` calls queued in one tick (the
+   * coalescer splits a tick of more, see `TOGETHER_MOST`), as one transaction
+   * of plain XADDs (`appendTransaction`): one command for Redis to answer and
+   * this process to read, instead of one per call. Redis appends
    * all of them or, refusing one as it queues them (over `maxmemory`), none:
    * each call is answered as what its own append came to. Undefined, with
    * nothing sent, where that cannot go (a big entry among them, over

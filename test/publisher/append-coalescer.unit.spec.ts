@@ -220,4 +220,72 @@ describe('AppendCoalescer', () => {
       { status: 'rejected', reason: new Error('3: no answer in time') },
     ]);
   });
+
+  describe('sendTogether, for a tick of more than 128 appends', () => {
+    /** A coalescer whose `sendTogether` records each part and answers it as `part(items, index)` says. */
+    function together(part: (items: number[], index: number) => Promise<ReadonlyArray<unknown>> | undefined) {
+      const sent: Array<{ kind: 'one' | 'many' | 'together'; items: number[] }> = [];
+      let parts = 0;
+      const coalescer = new AppendCoalescer<number>(
+        (item) => {
+          sent.push({ kind: 'one', items: [item] });
+          return later(() => `offset-${item}`);
+        },
+        (items) => {
+          sent.push({ kind: 'many', items });
+          return later(() => items.map((item): AppendReply => [null, `offset-${item}`]));
+        },
+        undefined,
+        undefined,
+        undefined,
+        (items) => {
+          const answer = part(items, parts++);
+          if (answer) sent.push({ kind: 'together', items });
+          return answer;
+        },
+      );
+      return { coalescer, sent };
+    }
+    const range = (from: number, to: number): number[] => Array.from({ length: to - from }, (_, i) => from + i);
+
+    it.each([2, 128, 129, 300, 1000])(
+      'sends a tick of %i queued appends as parts of at most 128, in order, each caller answered from its part',
+      async (count) => {
+        const { coalescer, sent } = together((items) => later(() => items.map((item) => `offset-${item}`)));
+        const replies = await Promise.all(range(0, count + 1).map((i) => coalescer.add(i)));
+        expect(replies).toEqual(range(0, count + 1).map((i) => `offset-${i}`));
+        const parts = sent.slice(1);
+        expect(sent[0]).toEqual({ kind: 'one', items: [0] });
+        expect(parts.every((p) => p.kind === 'together' && p.items.length <= 128)).toBe(true);
+        expect(parts.length).toBe(Math.ceil(count / 128));
+        expect(parts.flatMap((p) => p.items)).toEqual(range(1, count + 1));
+      },
+    );
+
+    it('a part refused whole rejects its own callers only; an error reply rejects its one caller', async () => {
+      const { coalescer } = together((items, index) =>
+        later(() => {
+          if (index === 1) throw new Error('EXECABORT');
+          return items.map((item) => (item === 5 ? new Error('WRONGTYPE') : `offset-${item}`));
+        }),
+      );
+      const settled = await Promise.allSettled(range(0, 301).map((i) => coalescer.add(i)));
+      const rejected = settled.flatMap((s, i) => (s.status === 'rejected' ? [i] : []));
+      // 0 went alone; part 0 holds 1..128, part 1 (refused) 129..256, part 2 257..300.
+      expect(rejected).toEqual([5, ...range(129, 257)]);
+      expect((settled[5] as PromiseRejectedResult).reason).toEqual(new Error('WRONGTYPE'));
+      expect((settled[200] as PromiseRejectedResult).reason).toEqual(new Error('EXECABORT'));
+    });
+
+    it('where a part cannot go together (nothing sent), it and the rest of the tick go one by one behind the parts sent', async () => {
+      const { coalescer, sent } = together((items, index) =>
+        index === 1 ? undefined : later(() => items.map((item) => `offset-${item}`)),
+      );
+      const replies = await Promise.all(range(0, 301).map((i) => coalescer.add(i)));
+      expect(replies).toEqual(range(0, 301).map((i) => `offset-${i}`));
+      expect(sent.map((p) => p.kind)).toEqual(['one', 'together', 'many']);
+      expect(sent[1].items).toEqual(range(1, 129));
+      expect(sent[2].items).toEqual(range(129, 301));
+    });
+  });
 });

@@ -115,6 +115,35 @@ describe('publishMany as one transaction', () => {
     expect((await calls(redis, 'evalsha')) - before.evalsha).toBe(0);
   });
 
+  it('sends the publish calls of one tick as transactions of at most 128 appends, each call answered with its own offset, in call order', async () => {
+    const prefix = 'tx-publish-parts';
+    const publisher = await publisherOf(prefix);
+    const random = seededRandom(11);
+    for (const count of [129, 300, 1000]) {
+      await redis.del(...Array.from({ length: PARTITIONS }, (_, p) => new EventrailKeys(prefix, PARTITIONS).stream(p)));
+      const before = { multi: await calls(redis, 'multi'), exec: await calls(redis, 'exec'), xadd: await calls(redis, 'xadd') };
+      const inputs: PublishInput[] = Array.from({ length: count }, (_, n) => ({
+        event: 'tx',
+        data: { n, text: 'é€'.repeat(Math.floor(random() * 40)) },
+        partition: Math.floor(random() * PARTITIONS),
+      }));
+      // One tick: the first goes alone, the rest are queued and leave when the tick ends.
+      const results = await Promise.all(
+        inputs.map(({ event, data, partition }) => publisher.publish(event as string, data, { partition })),
+      );
+      for (const [i, result] of results.entries()) {
+        expect(result.partition).toBe(inputs[i].partition);
+        const [entry] = await redis.xrange(new EventrailKeys(prefix, PARTITIONS).stream(result.partition), result.offset, result.offset);
+        expect(JSON.parse(entry[1][entry[1].indexOf('data') + 1])).toEqual(inputs[i].data);
+      }
+      expect(await landed(prefix)).toEqual(expected(inputs, (input) => input.partition as number));
+      const parts = Math.ceil((count - 1) / 128);
+      expect((await calls(redis, 'multi')) - before.multi).toBe(parts);
+      expect((await calls(redis, 'exec')) - before.exec).toBe(parts);
+      expect((await calls(redis, 'xadd')) - before.xadd).toBe(count);
+    }
+  });
+
   it('writes each event as given, whatever its name, key and headers: names framed once and kept, past the 1024 kept', async () => {
     const prefix = 'tx-names';
     const publisher = await publisherOf(prefix);
