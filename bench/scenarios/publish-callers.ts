@@ -4,7 +4,7 @@ import { createQueue, JOB_OPTIONS } from '../support/bullmq';
 import { createEventrailApp } from '../support/eventrail-app';
 import { COSTS, Meter } from '../support/meter';
 import { BENCH_EVENT, minimalFields, PAYLOAD } from '../support/payload';
-import { multiXaddClient, tickCorkedXadd, tickMultiXadd } from '../support/raw-writers';
+import { multiXaddClient, tickCorkedXadd, tickMultiExec, tickMultiXadd } from '../support/raw-writers';
 import { connectionOptions } from '../support/redis-tools';
 import { Measurement, RATE, RunContext, Scenario, Size } from '../support/scenario';
 import { perSecond } from '../support/stats';
@@ -16,8 +16,8 @@ const LONE = 1;
 
 /**
  * Publish from many callers: single `publish` calls, 1000 in flight, against the best raw code for
- * the same entries (XADDs corked per tick; one Lua multi-XADD per tick), ioredis auto-pipelining
- * and BullMQ `add`.
+ * the same entries (XADDs corked per tick; Lua multi-XADDs and ioredis transactions of up to 128 per
+ * tick), ioredis auto-pipelining and BullMQ `add`.
  */
 export function publishCallers(size: Size): Scenario {
   const events = size === 'quick' ? 2_000 : 100_000;
@@ -35,6 +35,7 @@ export function publishCallers(size: Size): Scenario {
       { id: 'eventrail', label: 'eventrail `publish`', events, run: (ctx) => eventrail(ctx, events, false) },
       { id: 'corked', label: 'raw `XADD`, socket corked per tick', events, run: (ctx) => corked(ctx, events) },
       { id: 'lua', label: 'raw Lua multi-XADD per tick', events, run: (ctx) => lua(ctx, events) },
+      { id: 'multi', label: 'raw `MULTI`/`EXEC` of up to 128 XADDs per tick (ioredis `multi`)', events, run: (ctx) => multi(ctx, events) },
       { id: 'raw', label: 'raw `XADD` auto-pipelined (ioredis `enableAutoPipelining`)', events, run: (ctx) => raw(ctx, events) },
       {
         id: 'eventrail-auto',
@@ -59,6 +60,7 @@ export function publishCallers(size: Size): Scenario {
     targets: [
       { label: '`publish` / raw XADD corked per tick', variant: 'eventrail', reference: 'corked', metric: 'rate', atLeast: 0.95 },
       { label: '`publish` / raw Lua multi-XADD per tick', variant: 'eventrail', reference: 'lua', metric: 'rate' },
+      { label: '`publish` / raw `MULTI`/`EXEC` of 128 per tick', variant: 'eventrail', reference: 'multi', metric: 'rate' },
       { label: '`publish` / raw auto-pipelined XADD', variant: 'eventrail', reference: 'raw', metric: 'rate' },
       {
         label: 'Redis CPU per event: `publish` / raw XADD corked per tick',
@@ -141,6 +143,17 @@ async function lua(ctx: RunContext, events: number): Promise<Measurement> {
     await call(); // loads the script outside the clock
     await client.del(key);
     return await callers(ctx, events, call);
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** The callers of one tick share ioredis transactions of up to 128 XADDs (what eventrail's coalescing sends). */
+async function multi(ctx: RunContext, events: number): Promise<Measurement> {
+  const client = new Redis(ctx.url);
+  try {
+    await client.ping();
+    return await callers(ctx, events, tickMultiExec(client, `${ctx.prefix}:stream`));
   } finally {
     client.disconnect();
   }

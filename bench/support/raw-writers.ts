@@ -126,6 +126,47 @@ export function tickMultiXadd(client: MultiXaddClient, key: string): () => Promi
 }
 
 /**
+ * The callers of one tick share ioredis transactions (`multi()` ... `exec()`) of up to `TICK_PART` XADDs,
+ * each sent once it is full and the last on `process.nextTick`: what eventrail's coalesced `publish`
+ * sends, written with ioredis's own transaction, each caller resolving with its own id.
+ */
+export function tickMultiExec(client: Redis, key: string): () => Promise<string> {
+  let pending: Array<{ resolve: (id: string) => void; reject: (error: Error) => void }> = [];
+  let transaction = client.multi();
+  const flush = (): void => {
+    if (pending.length === 0) return;
+    const waiting = pending;
+    const sent = transaction;
+    pending = [];
+    transaction = client.multi();
+    sent.exec().then(
+      (replies) =>
+        waiting.forEach((w, i) => {
+          const [error, id] = replies?.[i] ?? [new Error('transaction discarded'), null];
+          if (error) w.reject(error);
+          else w.resolve(id as string);
+        }),
+      (error: Error) => waiting.forEach((w) => w.reject(error)),
+    );
+  };
+  let scheduled = false;
+  const endTick = (): void => {
+    scheduled = false;
+    flush();
+  };
+  return () =>
+    new Promise<string>((resolve, reject) => {
+      if (!scheduled) {
+        scheduled = true;
+        process.nextTick(endTick);
+      }
+      pending.push({ resolve, reject });
+      transaction.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD)));
+      if (pending.length === TICK_PART) flush();
+    });
+}
+
+/**
  * The server's own ceiling for these entries: `redis-benchmark` XADDs, 50 clients pipelining 100
  * commands each. Events per second, or undefined when redis-benchmark is not installed.
  */
