@@ -99,8 +99,9 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
  * The entry a dead letter was made from, as consumers read it, and the
  * partition it was in: what a replay appends again. A malformed entry comes
  * back with exactly the fields it had. `DecodeError` when the letter has no
- * `offset` (a stream id), or its `raw` (a malformed entry's fields, as
- * eventrail writes them) is not a JSON array of field names and values.
+ * `offset` (a stream id), its `raw` (a malformed entry's fields, as
+ * eventrail writes them) is not a JSON array of field names and values, or
+ * it has neither `raw` nor any of the entry's fields.
  */
 export function originalEntry(list: string[], logTag: string): { entry: RawEntry | MalformedEntry; partition: number } {
   const f = fieldMap(list);
@@ -114,6 +115,9 @@ export function originalEntry(list: string[], logTag: string): { entry: RawEntry
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
+  // Nothing of an entry to append: a bare entry would only be dead-lettered again, as malformed.
+  if (original.length === 0)
+    throw new DecodeError(`it has no field "raw" and none of the entry's fields (${[...ORIGINAL_FIELDS].join(', ')})`);
   return { entry: readEntry(f.offset, original, { partition, logTag }), partition };
 }
 

@@ -123,6 +123,20 @@ describe('a replay meets a dead letter edited by hand', () => {
     },
   );
 
+  // Found by helper-86: a letter with neither `raw` nor any of the entry's fields was appended as an entry of
+  // no field eventrail reads, which a consumer dead-lettered again as malformed.
+  it('a letter with no raw and none of the entry fields: InvalidDeadLetterError, nothing claimed or appended', async () => {
+    const edited = await addLetter({ id: undefined, event: undefined, data: undefined });
+    await goodLetter(1);
+    const refused = await (app as INestApplicationContext)
+      .get(EventrailAdmin)
+      .replayDeadLetters('billing', 'all')
+      .catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(InvalidDeadLetterError);
+    expect(refused).toMatchObject({ id: edited, done: 0, reason: expect.stringMatching(/no field "raw" and none of the entry's fields/) });
+    expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([2, 0, 0]);
+  });
+
   // Found by helper-86: a keyless letter whose partition field names no stream ("1.5": keys.stream(1.5) is undefined)
   // was appended to the key "" and deleted from the dead-letter stream, lost to every consumer.
   it.each(['1.5', '0.5', 'NaN', '-1', '2', '1e0', ''])(
