@@ -3,6 +3,7 @@ import { RebalanceSignal } from '../consumer/coordination/rebalance-signal';
 import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { EVENTRAIL_RETENTION, type AdminView } from './admin.types';
 import { DEFAULT_STALE_GROUP_MS } from './group-facts.reader';
+import { guardedProgress } from './guarded-progress';
 import type { ArchiveObject, ArchiveSource, ProgressListener, RetentionRunResult } from './operations.types';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisFullError } from '../errors/redis-full.error';
@@ -277,7 +278,8 @@ export class EventrailAdmin {
    * Appends dead letters back to the log for `group` alone (other groups skip
    * them), with their original event id, key and publish time, and removes
    * them from the dead-letter stream. Returns how many were replayed;
-   * `onProgress` hears after each page (up to 500 dead letters and 4 MiB).
+   * `onProgress` hears after each page (up to 500 dead letters and 4 MiB);
+   * one that throws is logged and not called again, and the replay goes on.
    * Replays running at once append each dead letter once. A Redis over
    * `maxmemory` rejects it with `RedisFullError`, whose `done` is how many
    * letters were replayed (and left the dead-letter stream) before the refusal.
@@ -288,7 +290,7 @@ export class EventrailAdmin {
     { onProgress }: { onProgress?: ProgressListener } = {},
   ): Promise<number> {
     await this.facts.assertExists(group);
-    return this.letters.replay(group, ids, onProgress);
+    return this.letters.replay(group, ids, guardedProgress(onProgress, 'dead-letter replay'));
   }
 
   /**
@@ -297,7 +299,7 @@ export class EventrailAdmin {
    * `onProgress` hears after each archive object.
    */
   restoreArchive(group: string, source: ArchiveSource, options: { onProgress?: ProgressListener } = {}): Promise<number> {
-    return this.retention.restoreArchive(group, source, options);
+    return this.retention.restoreArchive(group, source, { ...options, onProgress: guardedProgress(options.onProgress, 'archive restore') });
   }
 
   /** Archive objects written for this log (needs `retention.archive`), optionally of one partition. */
@@ -310,7 +312,7 @@ export class EventrailAdmin {
    * is enough, no scheduler is involved). `onProgress` hears after each partition.
    */
   runRetention(options: { onProgress?: ProgressListener } = {}): Promise<RetentionRunResult> {
-    return this.retention.runOnce(options);
+    return this.retention.runOnce({ ...options, onProgress: guardedProgress(options.onProgress, 'retention run') });
   }
 
   /**
