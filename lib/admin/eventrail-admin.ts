@@ -299,7 +299,7 @@ export class EventrailAdmin {
    * `onProgress` hears after each archive object.
    */
   restoreArchive(group: string, source: ArchiveSource, options: { onProgress?: ProgressListener } = {}): Promise<number> {
-    return this.retention.restoreArchive(group, source, { ...options, onProgress: guardedProgress(options.onProgress, 'archive restore') });
+    return this.retention.restoreArchive(group, source, options);
   }
 
   /** Archive objects written for this log (needs `retention.archive`), optionally of one partition. */
@@ -312,7 +312,7 @@ export class EventrailAdmin {
    * is enough, no scheduler is involved). `onProgress` hears after each partition.
    */
   runRetention(options: { onProgress?: ProgressListener } = {}): Promise<RetentionRunResult> {
-    return this.retention.runOnce({ ...options, onProgress: guardedProgress(options.onProgress, 'retention run') });
+    return this.retention.runOnce(options);
   }
 
   /**

@@ -1,4 +1,6 @@
 import { Logger } from '@nestjs/common';
+import { InvalidOptionError } from '../errors/invalid-option.error';
+import { escapeControls } from '../util/control-chars';
 import { describeError } from '../util/describe-error';
 import type { ProgressListener } from './operations.types';
 
@@ -6,19 +8,25 @@ const logger = new Logger('EventrailAdmin');
 
 /**
  * `listener` as a long operation calls it: one that throws (or, async, rejects) is logged once and not
- * called again, and the operation goes on. Its outcome (how many letters were replayed, entries restored,
- * partitions trimmed) is what the caller waits for; a failed progress line (a closed output stream) must not
- * throw that away after the work it counts was done, nor leave an unhandled rejection behind.
+ * called again once that is seen, and the operation goes on. Its outcome (how many letters were replayed,
+ * entries restored, partitions trimmed) is what the caller waits for; a failed progress line (a closed
+ * output stream) must not throw that away after the work it counts was done, nor leave an unhandled
+ * rejection behind. `InvalidOptionError` for an `onProgress` that is not a function.
  */
 export function guardedProgress(listener: ProgressListener | undefined, operation: string): ProgressListener | undefined {
-  if (typeof listener !== 'function') return undefined;
+  if (listener === undefined || listener === null) return undefined;
+  if (typeof listener !== 'function') throw new InvalidOptionError('onProgress', listener, 'a function (done, total) => void');
   let broken = false;
   const failed = (error: unknown): void => {
     if (broken) return;
     broken = true;
-    logger.warn(
-      `${operation}: its onProgress listener threw (${describeError(error)}); it is not called again, and the ${operation} goes on`,
-    );
+    try {
+      logger.warn(
+        `${operation}: its onProgress listener threw (${escapeControls(describeError(error))}); it is not called again, and the ${operation} goes on`,
+      );
+    } catch {
+      // A logger that throws must not undo what the guard is for.
+    }
   };
   return (done, total) => {
     if (broken) return;

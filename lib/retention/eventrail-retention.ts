@@ -4,6 +4,7 @@ import { EVENTRAIL_OPTIONS } from '../config/eventrail.constants';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { RedisFullError } from '../errors/redis-full.error';
 import { GroupFactsReader } from '../admin/group-facts.reader';
+import { guardedProgress } from '../admin/guarded-progress';
 import type { RetentionOperations } from '../admin/admin.types';
 import { EventrailRedis } from '../redis/eventrail-redis';
 import { describeError } from '../util/describe-error';
@@ -90,10 +91,11 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
   async runOnce({ onProgress }: { onProgress?: ProgressListener } = {}): Promise<RetentionRunResult> {
     const cycle = this.cycle;
     if (!cycle) throw new InvalidOptionError('retention', undefined, 'retention options in EventrailModule.forRoot to run a cycle');
+    const listener = guardedProgress(onProgress, 'retention run');
     const previous = this.inFlight;
     const run = (async () => {
       await previous?.catch(() => undefined);
-      return this.runLocked(cycle, onProgress);
+      return this.runLocked(cycle, listener);
     })();
     this.inFlight = run;
     try {
@@ -113,9 +115,10 @@ export class EventrailRetention implements OnModuleInit, OnApplicationBootstrap,
    */
   async restoreArchive(group: string, source: ArchiveSource, { onProgress }: { onProgress?: ProgressListener } = {}): Promise<number> {
     const restorer = this.restorer();
+    const listener = guardedProgress(onProgress, 'archive restore');
     await this.facts.assertExists(group);
     // Appending needs memory: a full Redis refuses it (an archive object stops the restore at it).
-    return restorer.restore(group, source, onProgress).catch((error: unknown) => {
+    return restorer.restore(group, source, listener).catch((error: unknown) => {
       throw RedisFullError.from('restore an archive', error);
     });
   }

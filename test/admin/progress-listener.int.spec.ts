@@ -89,7 +89,9 @@ describe('an onProgress listener that throws', () => {
         calls.push(done);
         throw new Error('EPIPE: the output went away');
       };
-      await expect(admin.replayDeadLetters('billing', 'all', { onProgress: listener })).resolves.toBe(LETTERS);
+      // Typed as a listener returns (void), as an async function passed to it is.
+      const onProgress = listener as (done: number) => void;
+      await expect(admin.replayDeadLetters('billing', 'all', { onProgress })).resolves.toBe(LETTERS);
       await new Promise((resolve) => setImmediate(resolve));
       // Its rejection is seen a few microtasks later: the next page may call it once more before that.
       expect(calls.length).toBeLessThanOrEqual(2);

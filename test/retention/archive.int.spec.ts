@@ -97,6 +97,28 @@ describe('retention: archive to the file system, trim, restore', () => {
   });
   afterAll(() => redis.disconnect());
 
+  it('a progress listener that throws, called by EventrailRetention itself: the run covers every partition, the restore every object, and each answers', async () => {
+    const app = await start({ driver: 'fs', dir, maxEntriesPerObject: 4 });
+    const published = await publish(app, 25);
+    await waitFor(() => committedAll(published, ['a', 'b']), 'commits');
+    const retention = app.get(EventrailRetention);
+    const calls: number[] = [];
+    const throwing = (done: number): void => {
+      calls.push(done);
+      throw new Error('the output went away\n[Nest] forged line');
+    };
+    const result = await retention.runOnce({ onProgress: throwing });
+    expect(calls).toEqual([1]);
+    expect(result.partitions.map((p) => p.trimmed).reduce((a, b) => a + b, 0)).toBe(25);
+    expect([await redis.xlen(keys.stream(0)), await redis.xlen(keys.stream(1))]).toEqual([0, 0]);
+    const names = result.partitions.flatMap((p) => p.archived.map((o) => o.name));
+    calls.length = 0;
+    await expect(retention.restoreArchive('b', names, { onProgress: throwing })).resolves.toBe(25);
+    expect(calls).toEqual([1]);
+    // Not a function: refused before anything is done.
+    await expect(retention.runOnce({ onProgress: 5 as never })).rejects.toThrow(/onProgress/);
+  });
+
   it('archives entries as gzipped JSONL named by partition and id range before trimming, and restores them for one group', async () => {
     const app = await start({ driver: 'fs', dir, maxEntriesPerObject: 4 });
     const published = await publish(app, 25);
