@@ -101,7 +101,8 @@ export function encodeDeadLetter(failed: DeadLetterRecord, workerId: string): st
  * back with exactly the fields it had. `DecodeError` when the letter has no
  * `offset` (a stream id), its `raw` (a malformed entry's fields, as
  * eventrail writes them) is not a JSON array of field names and values, or
- * it has neither `raw` nor any of the entry's fields.
+ * it has no `raw` and its entry's fields do not make an entry (none of them,
+ * or no `event`, say).
  */
 export function originalEntry(list: string[], logTag: string): { entry: RawEntry | MalformedEntry; partition: number } {
   const f = fieldMap(list);
@@ -115,10 +116,11 @@ export function originalEntry(list: string[], logTag: string): { entry: RawEntry
   }
   const original: string[] = [];
   for (let i = 0; i + 1 < list.length; i += 2) if (ORIGINAL_FIELDS.has(list[i])) original.push(list[i], list[i + 1]);
-  // Nothing of an entry to append: a bare entry would only be dead-lettered again, as malformed.
-  if (original.length === 0)
-    throw new DecodeError(`it has no field "raw" and none of the entry's fields (${[...ORIGINAL_FIELDS].join(', ')})`);
-  return { entry: readEntry(f.offset, original, { partition, logTag }), partition };
+  // eventrail writes a malformed entry's letter with `raw`: one without it whose fields are no entry's was
+  // edited by hand, and appended as it is it would only be dead-lettered again, as malformed.
+  const entry = readEntry(f.offset, original, { partition, logTag });
+  if (isMalformed(entry)) throw new DecodeError(`it has no field "raw" and its entry's fields are not an entry's (${entry.reason})`);
+  return { entry, partition };
 }
 
 /** A malformed entry's fields as its dead letter keeps them (`raw`), or `DecodeError`. */

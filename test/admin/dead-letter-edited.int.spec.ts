@@ -123,17 +123,28 @@ describe('a replay meets a dead letter edited by hand', () => {
     },
   );
 
-  // Found by helper-86: a letter with neither `raw` nor any of the entry's fields was appended as an entry of
-  // no field eventrail reads, which a consumer dead-lettered again as malformed.
-  it('a letter with no raw and none of the entry fields: InvalidDeadLetterError, nothing claimed or appended', async () => {
-    const edited = await addLetter({ id: undefined, event: undefined, data: undefined });
+  // Found by helper-86 (none of the fields) and helper-88 (some): a letter without `raw` whose entry fields make no
+  // entry was appended as it was, and a consumer dead-lettered it again as malformed. eventrail writes such a letter
+  // with `raw`.
+  it.each<[string, Record<string, string | undefined>]>([
+    ['none of the entry fields', { id: undefined, event: undefined, data: undefined }],
+    ['only a key', { id: undefined, event: undefined, data: undefined, key: 'k1' }],
+    ['an event without data', { data: undefined }],
+    ['data without an event', { event: undefined }],
+    ['only id, time and headers', { event: undefined, data: undefined, time: '1700000000000', headers: '{}' }],
+  ])('a letter without raw and with %s: InvalidDeadLetterError, nothing claimed or appended', async (_, changes) => {
+    const edited = await addLetter(changes);
     await goodLetter(1);
     const refused = await (app as INestApplicationContext)
       .get(EventrailAdmin)
       .replayDeadLetters('billing', 'all')
       .catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(InvalidDeadLetterError);
-    expect(refused).toMatchObject({ id: edited, done: 0, reason: expect.stringMatching(/no field "raw" and none of the entry's fields/) });
+    expect(refused).toMatchObject({
+      id: edited,
+      done: 0,
+      reason: expect.stringMatching(/no field "raw" and its entry's fields are not an entry's/),
+    });
     expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([2, 0, 0]);
   });
 
