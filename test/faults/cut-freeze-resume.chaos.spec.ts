@@ -204,8 +204,16 @@ describe('chaos: a cut path healed while its worker is frozen', () => {
       await waitFor(() => cutAt > 0, "the cut, at A's handler record", STEP_MS, 5);
       produce();
 
-      // Until A has also sent a command with its lease token into the cut (a renewal falls due every lockTtlMs / 3).
-      await waitFor(() => heldTowardRedis(proxy).includes(tokenA), 'A to send a command with its lease token into the cut', STEP_MS, 10);
+      // Until A has also sent a command with its lease token into the cut (a renewal falls due every lockTtlMs / 3),
+      // or had one on its way when the path went silent: Redis ran it at the cut or after, so its reply is held
+      // toward A, and A's ticks (one at a time) wait on it. CI met that once: 30 s without a renewal into the cut.
+      const inFlightAtCut = (): boolean => trace.some((c) => c.at >= cutAt && c.args.some((arg) => arg.includes(tokenA)));
+      await waitFor(
+        () => heldTowardRedis(proxy).includes(tokenA) || inFlightAtCut(),
+        'A to send a command with its lease token into the cut',
+        STEP_MS,
+        10,
+      );
       const heldRequests = describeHeld(heldTowardRedis(proxy), tokenA);
 
       // Frozen while cut.
