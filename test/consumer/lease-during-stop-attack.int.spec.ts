@@ -81,6 +81,12 @@ function member(app: string, events: string[], options: OnEventGroupOptions): Ty
 
 const SHORT_LEASE = { lockTtlMs: 600, heartbeatTtlMs: 600 } as const;
 const SLOW: OnEventGroupOptions = { group: 'slow', ordering: 'partition', concurrency: 8, shutdownTimeoutMs: 20_000, ...SHORT_LEASE };
+/**
+ * The 8-partition case's: 1.5 s leases, as the keyed case's. Its handlers run while two members join, and a
+ * host stall past a 600 ms lease there (once in a CI run, both lanes loading 2 cores) let them take A's
+ * partitions and start A's running events again.
+ */
+const SLOW_EIGHT: OnEventGroupOptions = { ...SLOW, lockTtlMs: 1_500, heartbeatTtlMs: 1_500 };
 /** Handlers that outlive shutdownTimeoutMs. */
 const SHORT: OnEventGroupOptions = { group: 'short', ordering: 'partition', concurrency: 2, shutdownTimeoutMs: 1_500, ...SHORT_LEASE };
 const KEYED: OnEventGroupOptions = {
@@ -543,7 +549,7 @@ describe('the lease of a worker that is stopping, attacked', () => {
 
   it('8 partitions, two members joining at once while all 8 handlers run: no event twice, shares settle, no false loss', async () => {
     const prefix = uniquePrefix('atk-eight');
-    const first = await start('A', prefix, 8, [member('A', ['slow.event'], SLOW)]);
+    const first = await start('A', prefix, 8, [member('A', ['slow.event'], SLOW_EIGHT)]);
     await waitFor(() => owned(first, 'slow').length === 8, 'A owns the 8 partitions');
     const names = Array.from({ length: 8 }, (_, p) => `G${p}`);
     names.forEach((n) => gate(n));
@@ -551,8 +557,8 @@ describe('the lease of a worker that is stopping, attacked', () => {
     await waitFor(() => names.every((n) => world.starts.includes(`A:${n}`)), 'the 8 started on A');
 
     const [second, third] = await Promise.all([
-      start('B', prefix, 8, [member('B', ['slow.event'], SLOW)]),
-      start('C', prefix, 8, [member('C', ['slow.event'], SLOW)]),
+      start('B', prefix, 8, [member('B', ['slow.event'], SLOW_EIGHT)]),
+      start('C', prefix, 8, [member('C', ['slow.event'], SLOW_EIGHT)]),
     ]);
     await waitFor(
       () => owned(first, 'slow').length === 3,
