@@ -91,20 +91,21 @@ export function tickCorkedXadd(client: Redis, key: string): () => Promise<string
 }
 
 /**
- * The callers of one tick share `rawMultiXadd` calls of up to `TICK_PART` entries, each sent once it is
- * full and the last on `process.nextTick`: the per-tick Lua batch, each caller resolving with its own id.
+ * The callers of one tick in parts of up to `TICK_PART`: `add` puts a caller's entry into the open part,
+ * `send` sends a part once it is full (the tick's last one on `process.nextTick`) and answers each
+ * entry's id, or its error, in order. Each caller resolves with its own.
  */
-export function tickMultiXadd(client: MultiXaddClient, key: string): () => Promise<string> {
+function tickParts<P>(open: () => P, add: (part: P) => void, send: (part: P) => Promise<Array<string | Error>>): () => Promise<string> {
   let pending: Array<{ resolve: (id: string) => void; reject: (error: Error) => void }> = [];
-  let args: string[] = [];
+  let part = open();
   const flush = (): void => {
     if (pending.length === 0) return;
     const waiting = pending;
-    const sent = args;
+    const sent = part;
     pending = [];
-    args = [];
-    client.rawMultiXadd(key, ...sent).then(
-      (ids) => waiting.forEach((w, i) => w.resolve(ids[i])),
+    part = open();
+    send(sent).then(
+      (ids) => waiting.forEach((w, i) => (ids[i] instanceof Error ? w.reject(ids[i]) : w.resolve(ids[i]))),
       (error: Error) => waiting.forEach((w) => w.reject(error)),
     );
   };
@@ -120,50 +121,34 @@ export function tickMultiXadd(client: MultiXaddClient, key: string): () => Promi
         process.nextTick(endTick);
       }
       pending.push({ resolve, reject });
-      args.push(...minimalFields(JSON.stringify(PAYLOAD)));
+      add(part);
       if (pending.length === TICK_PART) flush();
     });
 }
 
+/** The callers of one tick share `rawMultiXadd` calls of up to `TICK_PART` entries: the per-tick Lua batch. */
+export function tickMultiXadd(client: MultiXaddClient, key: string): () => Promise<string> {
+  return tickParts<string[]>(
+    () => [],
+    (args) => args.push(...minimalFields(JSON.stringify(PAYLOAD))),
+    (args) => client.rawMultiXadd(key, ...args),
+  );
+}
+
 /**
- * The callers of one tick share ioredis transactions (`multi()` ... `exec()`) of up to `TICK_PART` XADDs,
- * each sent once it is full and the last on `process.nextTick`: what eventrail's coalesced `publish`
- * sends, written with ioredis's own transaction, each caller resolving with its own id.
+ * The callers of one tick share ioredis transactions (`multi()` ... `exec()`) of up to `TICK_PART` XADDs:
+ * what eventrail's coalesced `publish` sends, written with ioredis's own transaction.
  */
 export function tickMultiExec(client: Redis, key: string): () => Promise<string> {
-  let pending: Array<{ resolve: (id: string) => void; reject: (error: Error) => void }> = [];
-  let transaction = client.multi();
-  const flush = (): void => {
-    if (pending.length === 0) return;
-    const waiting = pending;
-    const sent = transaction;
-    pending = [];
-    transaction = client.multi();
-    sent.exec().then(
-      (replies) =>
-        waiting.forEach((w, i) => {
-          const [error, id] = replies?.[i] ?? [new Error('transaction discarded'), null];
-          if (error) w.reject(error);
-          else w.resolve(id as string);
-        }),
-      (error: Error) => waiting.forEach((w) => w.reject(error)),
-    );
-  };
-  let scheduled = false;
-  const endTick = (): void => {
-    scheduled = false;
-    flush();
-  };
-  return () =>
-    new Promise<string>((resolve, reject) => {
-      if (!scheduled) {
-        scheduled = true;
-        process.nextTick(endTick);
-      }
-      pending.push({ resolve, reject });
-      transaction.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD)));
-      if (pending.length === TICK_PART) flush();
-    });
+  return tickParts(
+    () => client.multi(),
+    (transaction) => void transaction.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD))),
+    async (transaction) => {
+      const replies = await transaction.exec();
+      if (!replies) throw new Error('transaction discarded');
+      return replies.map(([error, id]) => error ?? (id as string));
+    },
+  );
 }
 
 /**

@@ -628,11 +628,11 @@ export class EventrailPublisher {
    * all of them or, refusing one as it queues them (over `maxmemory`), none:
    * each call is answered as what its own append came to. Undefined, with
    * nothing sent, where that cannot go (a big entry among them, over
-   * `TRANSACTION_EVENTS` or `RUN_BYTES`, a connection a transaction cannot be
-   * written to now): they go one by one then.
+   * `RUN_BYTES`, a connection a transaction cannot be written to now): they
+   * go one by one then.
    */
   private appendTogether(batch: Prepared[]): Promise<TransactionOutcome> | undefined {
-    if (batch.length > TRANSACTION_EVENTS || this.redis.isCluster) return undefined;
+    if (this.redis.isCluster) return undefined;
     const events = new Array<{ partition: number; fields: string[] }>(batch.length);
     let bytes = 0;
     for (let i = 0; i < batch.length; i++) {

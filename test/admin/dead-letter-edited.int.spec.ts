@@ -64,6 +64,12 @@ describe('a replay meets a dead letter edited by hand', () => {
     const ids = (await redis.xrange(keys.deadLetters('billing'), '-', '+')).map(([id]) => id);
     return ids.length === 0 ? 0 : redis.exists(...ids.map((id) => keys.replayClaim('billing', id)));
   };
+  /** What `replayDeadLetters('billing', 'all')` rejects with (or resolves to, where a test expects a refusal). */
+  const refusedReplay = (): Promise<unknown> =>
+    (app as INestApplicationContext)
+      .get(EventrailAdmin)
+      .replayDeadLetters('billing', 'all')
+      .catch((error: unknown) => error);
   const logLength = async (): Promise<number> => (await redis.xlen(keys.stream(0))) + (await redis.xlen(keys.stream(1)));
 
   // Anything a hand could put there: not JSON, JSON of the wrong shape, an array holding something else than strings.
@@ -96,7 +102,7 @@ describe('a replay meets a dead letter edited by hand', () => {
       const after = await goodLetter(2);
       const admin = (app as INestApplicationContext).get(EventrailAdmin);
 
-      const refused = await admin.replayDeadLetters('billing', 'all').catch((error: unknown) => error);
+      const refused = await refusedReplay();
       expect(refused).toBeInstanceOf(InvalidDeadLetterError);
       expect(refused).toMatchObject({ group: 'billing', id: edited, done: 0, reason: expect.stringMatching(/field "raw"/) });
       expect((refused as Error).message).toContain(`Dead letter ${edited} of group "billing" cannot be replayed`);
@@ -113,10 +119,7 @@ describe('a replay meets a dead letter edited by hand', () => {
     async (offset) => {
       const edited = await addLetter({ offset });
       await goodLetter(1);
-      const refused = await (app as INestApplicationContext)
-        .get(EventrailAdmin)
-        .replayDeadLetters('billing', 'all')
-        .catch((error: unknown) => error);
+      const refused = await refusedReplay();
       expect(refused).toBeInstanceOf(InvalidDeadLetterError);
       expect(refused).toMatchObject({ id: edited, done: 0, reason: expect.stringMatching(/field "offset"/) });
       expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([2, 0, 0]);
@@ -135,10 +138,7 @@ describe('a replay meets a dead letter edited by hand', () => {
   ])('a letter without raw and with %s: InvalidDeadLetterError, nothing claimed or appended', async (_, changes) => {
     const edited = await addLetter(changes);
     await goodLetter(1);
-    const refused = await (app as INestApplicationContext)
-      .get(EventrailAdmin)
-      .replayDeadLetters('billing', 'all')
-      .catch((error: unknown) => error);
+    const refused = await refusedReplay();
     expect(refused).toBeInstanceOf(InvalidDeadLetterError);
     expect(refused).toMatchObject({
       id: edited,
@@ -173,10 +173,7 @@ describe('a replay meets a dead letter edited by hand', () => {
     for (let n = 0; n < 600; n++) pipeline.xadd(keys.deadLetters('billing'), '*', ...letterFields({ offset: `${n + 1}-0` }));
     await pipeline.exec();
     const edited = await editedLetter('not json');
-    const refused = await (app as INestApplicationContext)
-      .get(EventrailAdmin)
-      .replayDeadLetters('billing', 'all')
-      .catch((error: unknown) => error);
+    const refused = await refusedReplay();
     // Pages of 500: the first went through; the second, which holds the edited letter, claimed nothing.
     expect(refused).toMatchObject({ id: edited, done: 500 });
     expect([await redis.xlen(keys.deadLetters('billing')), await logLength(), await claimsLeft()]).toEqual([101, 500, 0]);
