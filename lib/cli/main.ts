@@ -10,6 +10,11 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   if (error.code === 'EPIPE') process.exit(ExitCode.Ok);
   throw error;
 });
+// `eventrail ... 2>&1 >out | head -1`: with the reader of stderr gone, its notices and logs have nobody to reach; the command
+// goes on, and its result (stdout) and exit code stay. Unhandled, the first write there killed it, even in the middle of a replay.
+process.stderr.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+});
 
 /** Entry point of the `eventrail` bin. */
 async function main(): Promise<void> {

@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { InvalidOptionError } from '../errors/invalid-option.error';
 import { describeError, errorStack } from '../util/describe-error';
 import { checkObject } from '../config/option-checks';
+import { escapeControls } from '../util/control-chars';
 
 /** Why an entry was passed over without a handler call. */
 export type SkipReason = 'duplicate' | 'no-handler';
@@ -62,7 +63,11 @@ export class MetricsHooks {
     } catch (error) {
       if (this.reported.has(hook)) return;
       this.reported.add(hook);
-      this.logger.error(`metrics.${hook} threw (reported once, consuming goes on): ${describeError(error)}`, errorStack(error));
+      // A hook's error may carry what it was given (an event name, a group): producers' text, escaped.
+      this.logger.error(
+        `metrics.${hook} threw (reported once, consuming goes on): ${escapeControls(describeError(error))}`,
+        errorStack(error),
+      );
     }
   }
 }

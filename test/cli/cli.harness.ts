@@ -46,12 +46,20 @@ export class CliProcess {
   private readonly child: ChildProcess;
 
   /** `command` is the bin by default; `runPrinted` runs a shell instead. */
-  constructor(args: readonly string[], env: NodeJS.ProcessEnv, input = '', command: readonly string[] = [process.execPath, CLI]) {
+  /** With `stderrClosed`, the read end of its stderr pipe is closed at once (a reader that went away): writes there fail with EPIPE. */
+  constructor(
+    args: readonly string[],
+    env: NodeJS.ProcessEnv,
+    input = '',
+    command: readonly string[] = [process.execPath, CLI],
+    stderrClosed = false,
+  ) {
     const started = Date.now();
     this.child = spawn(command[0], [...command.slice(1), ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     alive.add(this.child);
     this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (this.stdout += chunk));
-    this.child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
+    if (stderrClosed) this.child.stderr?.destroy();
+    else this.child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
     // stdin is a pipe, not a terminal: destructive commands must refuse without --yes rather than wait for an answer.
     this.child.stdin?.end(input);
     this.exited = new Promise((resolve) =>
@@ -80,6 +88,11 @@ export class CliProcess {
 /** Runs `eventrail <args>` to completion. */
 export function runCli(args: readonly string[], env: NodeJS.ProcessEnv, input = ''): Promise<CliResult> {
   return new CliProcess(args, env, input).exited;
+}
+
+/** Runs `eventrail <args>` to completion with the reader of its stderr gone (`cmd 2>&1 >out | head -0`). */
+export function runCliStderrClosed(args: readonly string[], env: NodeJS.ProcessEnv): Promise<CliResult> {
+  return new CliProcess(args, env, '', undefined, true).exited;
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   parseJson,
   RAW_CONTROL,
   runCli,
+  runCliStderrClosed,
   runPrinted,
   useCliSuite,
 } from './cli.harness';
@@ -46,6 +47,27 @@ describe('eventrail CLI: dead letters', () => {
     await waitFor(async () => (await admin.deadLetterCount('billing')) === 3, 'three dead letters');
   });
   afterEach(() => failing.clear());
+
+  // A closed stderr made the first notice throw (an unhandled EPIPE 'error' event): the command died with exit 1 after its
+  // work, or in the middle of it, where only its notices were lost.
+  it('goes on when the reader of its stderr is gone: notices are dropped, the result and the exit code stay', async () => {
+    const env = cliEnv(suite.prefix);
+    const letters = await admin.deadLetters('billing');
+    // A page of 2 of 3 letters writes "More may follow" to stderr after the page.
+    const list = await runCliStderrClosed(['dlq', 'list', 'billing', '--count', '2', '--json'], env);
+    expect(list.code).toBe(0);
+    expect(parseJson<Array<{ id: string }>>(list).map((l) => l.id)).toEqual(letters.slice(0, 2).map((l) => l.id));
+    // A failure still says so by its exit code (its message had nowhere to go).
+    const missing = await runCliStderrClosed(['dlq', 'show', 'billing', '1-0'], env);
+    expect(missing.code).toBe(1);
+    // --verbose logs the connection to stderr first; the replay still happens, whole.
+    failing.clear();
+    const replay = await runCliStderrClosed(['--verbose', 'dlq', 'replay', 'billing', '--all', '--json'], env);
+    expect(replay.code).toBe(0);
+    expect(parseJson(replay)).toEqual({ group: 'billing', replayed: 3 });
+    await waitFor(() => handled.length === 3, 'the replayed invoices handled');
+    expect(handled.map((h) => h.n).sort()).toEqual([1, 2, 3]);
+  });
 
   it('lists and shows dead letters as the admin service reads them', async () => {
     const env = cliEnv(suite.prefix);

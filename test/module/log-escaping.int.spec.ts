@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import Redis from 'ioredis';
 import { EventrailAdmin, EventrailMessage, EventrailModule, EventrailPublisher, OnEvent } from '../../lib';
 import { deletePrefix, testRedisUrl, uniquePrefix, waitFor } from '../support/helpers';
+import { describeError } from '../../lib/util/describe-error';
 
 /** What a producer could slip into an error message: retitle the terminal, clear it, reverse the line. */
 const HOSTILE = '\u001b]0;pwned\u0007\u001b[2J\u202eevil';
@@ -40,7 +41,18 @@ describe('library logs of producer-controlled text', () => {
     const redis = new Redis(testRedisUrl());
     const logger = new CapturingLogger();
     const moduleRef = await Test.createTestingModule({
-      imports: [EventrailModule.forRoot({ redis: testRedisUrl(), prefix })],
+      imports: [
+        EventrailModule.forRoot({
+          redis: testRedisUrl(),
+          prefix,
+          // An exporter that refuses what it was given, naming it: the event's data here, a name in practice.
+          metrics: {
+            onHandlerError: (_group, _event, error) => {
+              throw new Error(`exporter refused: ${describeError(error)}`);
+            },
+          },
+        }),
+      ],
       providers: [Refuser],
     }).compile();
     moduleRef.useLogger(logger);
@@ -52,6 +64,7 @@ describe('library logs of producer-controlled text', () => {
       // The retry warning and the dead-letter error at least (a debug line per throw too, with a logger that takes debug).
       expect(failures.some((line) => line.startsWith('Event '))).toBe(true);
       expect(failures.some((line) => line.startsWith('Dead-lettered event '))).toBe(true);
+      expect(failures.some((line) => line.startsWith('metrics.onHandlerError threw'))).toBe(true);
       for (const line of failures) {
         expect(line).not.toMatch(RAW_CONTROLS);
         expect(line).toContain('cannot bill: \\x1b]0;pwned\\x07\\x1b[2J\\u202eevil');
