@@ -10,11 +10,10 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   if (error.code === 'EPIPE') process.exit(ExitCode.Ok);
   throw error;
 });
-// `eventrail ... 2>&1 >out | head -1`: with the reader of stderr gone, its notices and logs have nobody to reach; the command
-// goes on, and its result (stdout) and exit code stay. Unhandled, the first write there killed it, even in the middle of a replay.
-process.stderr.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code !== 'EPIPE') throw error;
-});
+// `eventrail ... 2>&1 >out | head -1`, `2>>job.log` on a full disk: when stderr cannot be written (EPIPE, ECONNRESET, ENOSPC, ...)
+// its notices and logs reach nobody, and there is no other channel to say so: the command goes on, and its result (stdout)
+// and exit code stay. Unhandled, the first write there killed it, before a replay had started.
+process.stderr.on('error', () => undefined);
 
 /** Entry point of the `eventrail` bin. */
 async function main(): Promise<void> {

@@ -69,6 +69,25 @@ describe('eventrail CLI: dead letters', () => {
     expect(handled.map((h) => h.n).sort()).toEqual([1, 2, 3]);
   });
 
+  // Found by helper-89: only EPIPE was dropped, so stderr on a full disk (ENOSPC) or a socket whose reader reset it still
+  // killed the command with exit 1 at its first log line.
+  it('goes on when stderr cannot be written at all (a full device): the result and the exit code stay', async () => {
+    const env = cliEnv(suite.prefix);
+    const letters = await admin.deadLetters('billing');
+    const [usage, list] = await Promise.all([
+      runPrinted('eventrail --bogus 2>/dev/full', env),
+      runPrinted('eventrail --verbose dlq list billing --json 2>/dev/full', env),
+    ]);
+    expect(usage.code).toBe(2);
+    expect(list.code).toBe(0);
+    expect(parseJson<Array<{ id: string }>>(list).map((l) => l.id)).toEqual(letters.map((l) => l.id));
+    failing.clear();
+    const replay = await runPrinted('eventrail --verbose dlq replay billing --all --json 2>/dev/full', env);
+    expect(replay.code).toBe(0);
+    expect(parseJson(replay)).toEqual({ group: 'billing', replayed: 3 });
+    await waitFor(() => handled.length === 3, 'the replayed invoices handled');
+  });
+
   it('lists and shows dead letters as the admin service reads them', async () => {
     const env = cliEnv(suite.prefix);
     const letters = await admin.deadLetters('billing');
