@@ -4,7 +4,7 @@ import { createQueue, JOB_OPTIONS } from '../support/bullmq';
 import { createEventrailApp } from '../support/eventrail-app';
 import { COSTS, Meter } from '../support/meter';
 import { BENCH_EVENT, PAYLOAD } from '../support/payload';
-import { corkedXaddBatch, multiXaddBatch, multiXaddClient, serverCeiling } from '../support/raw-writers';
+import { corkedXaddBatch, multiExecBatch, multiXaddBatch, multiXaddClient, serverCeiling } from '../support/raw-writers';
 import { Measurement, RATE, RunContext, Scenario, Size } from '../support/scenario';
 import { perSecond } from '../support/stats';
 
@@ -30,6 +30,14 @@ export function publishBatch(size: Size): Scenario {
       { id: 'eventrail', label: 'eventrail `publishMany`', events, run: (ctx) => eventrail(ctx, events) },
       { id: 'lua', label: `raw Lua multi-XADD, runs of ${RUN}`, events, run: (ctx) => rawLua(ctx, events) },
       { id: 'corked', label: 'raw XADDs, socket corked per batch', events, run: (ctx) => rawCorked(ctx, events) },
+      // The raw writers that append a batch all or nothing, as `publishMany` does: Redis runs either only once it has all of it.
+      {
+        id: 'multi',
+        label: 'raw `MULTI`/`EXEC` of the batch (ioredis `multi`: all or nothing)',
+        events,
+        run: (ctx) => rawMulti(ctx, events),
+      },
+      { id: 'lua-whole', label: `raw Lua multi-XADD, the batch in one call`, events, run: (ctx) => rawLua(ctx, events, BATCH) },
       { id: 'ceiling', label: '`redis-benchmark` XADD, 50 clients, `-P 100`', events, run: (ctx) => ceiling(ctx, events) },
       { id: 'bullmq', label: 'BullMQ `addBulk`', events, run: (ctx) => bullmq(ctx, events) },
     ],
@@ -43,6 +51,13 @@ export function publishBatch(size: Size): Scenario {
         atMost: 1.2,
       },
       { label: '`publishMany` / corked XADDs', variant: 'eventrail', reference: 'corked', metric: 'rate' },
+      {
+        label: '`publishMany` / raw `MULTI` of the batch (all or nothing, as it is)',
+        variant: 'eventrail',
+        reference: 'multi',
+        metric: 'rate',
+      },
+      { label: '`publishMany` / raw Lua multi-XADD, the batch in one call', variant: 'eventrail', reference: 'lua-whole', metric: 'rate' },
       {
         label: '`publishMany` / the server ceiling (`redis-benchmark -P 100`)',
         variant: 'eventrail',
@@ -75,13 +90,23 @@ async function eventrail(ctx: RunContext, events: number): Promise<Measurement> 
   }
 }
 
-async function rawLua(ctx: RunContext, events: number): Promise<Measurement> {
+async function rawLua(ctx: RunContext, events: number, run = RUN): Promise<Measurement> {
   const client = multiXaddClient(ctx.url);
   try {
     const key = `${ctx.prefix}:stream`;
-    await multiXaddBatch(client, key, RUN, RUN); // loads the script outside the clock
+    await multiXaddBatch(client, key, run, run); // loads the script outside the clock
     await client.del(key);
-    return await timeBatches(ctx, events, async () => (await multiXaddBatch(client, key, BATCH, RUN)).length);
+    return await timeBatches(ctx, events, async () => (await multiXaddBatch(client, key, BATCH, run)).length);
+  } finally {
+    client.disconnect();
+  }
+}
+
+async function rawMulti(ctx: RunContext, events: number): Promise<Measurement> {
+  const client = new Redis(ctx.url);
+  try {
+    await client.ping();
+    return await timeBatches(ctx, events, async () => (await multiExecBatch(client, `${ctx.prefix}:stream`, BATCH)).length);
   } finally {
     client.disconnect();
   }

@@ -58,6 +58,18 @@ export async function corkedXaddBatch(client: Redis, key: string, count: number)
   return (await Promise.all(replies)) as string[];
 }
 
+/** One batch of `count` XADDs as one ioredis transaction (`multi()` ... `exec()`): appended all or nothing. */
+export async function multiExecBatch(client: Redis, key: string, count: number): Promise<string[]> {
+  const transaction = client.multi();
+  for (let i = 0; i < count; i++) transaction.xadd(key, '*', ...minimalFields(JSON.stringify(PAYLOAD)));
+  const replies = await transaction.exec();
+  if (!replies) throw new Error('transaction discarded');
+  return replies.map(([error, id]) => {
+    if (error) throw error;
+    return id as string;
+  });
+}
+
 /**
  * The most calls of one tick that the Lua tick writer puts in one script call: the rest of the tick
  * follows in calls of as many, each sent once it is full, so Redis runs the first while the next ones are

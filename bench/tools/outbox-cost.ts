@@ -32,7 +32,7 @@ const rounds = Number(process.argv[2] ?? 5);
 const only = process.argv[3]?.split(',');
 
 // One `publishStored` per relay batch (`publishMany` per call of the others): the first one starts the window.
-const window = { batches: 0, publishMs: 0, statements: 0, node: 0, pg: 0, started: false, profile: false };
+const window = { batches: 0, publishMs: 0, statements: 0, node: 0, system: 0, pg: 0, started: false, profile: false };
 const profileFile = process.env.OUTBOX_PROFILE;
 const profiler = profileFile ? new Session() : undefined;
 let postmaster: string | undefined;
@@ -47,6 +47,7 @@ const query = Client.prototype.query as (...args: unknown[]) => unknown;
 function startWindow(): void {
   window.started = true;
   window.node = nodeCpuUs();
+  window.system = nodeSystemUs();
   window.pg = postgresCpuUs();
   if (window.profile) void profiler?.post('Profiler.start');
 }
@@ -69,6 +70,9 @@ for (const name of ['publishMany', 'publishStored'] as const) {
 function nodeCpuUs(): number {
   const { user, system } = process.cpuUsage();
   return user + system;
+}
+function nodeSystemUs(): number {
+  return process.cpuUsage().system;
 }
 
 /** `/proc/<pid>/stat` after the command name: state, ppid, ... (utime is [11], stime [12], cutime [13], cstime [14]). */
@@ -110,6 +114,13 @@ async function redisCpuUs(admin: Redis): Promise<number> {
   return (value('used_cpu_user_main_thread') + value('used_cpu_sys_main_thread')) * 1e6;
 }
 
+/** Bytes Redis read and wrote (`INFO stats`), every client's. */
+async function netBytes(admin: Redis): Promise<{ input: number; output: number }> {
+  const text = await admin.info('stats');
+  const value = (name: string): number => Number(new RegExp(`${name}:(\\d+)`).exec(text)?.[1] ?? NaN);
+  return { input: value('total_net_input_bytes'), output: value('total_net_output_bytes') };
+}
+
 async function commandStats(admin: Redis, events: number): Promise<Row> {
   const row: Row = {};
   for (const line of (await admin.info('commandstats')).split('\n')) {
@@ -146,6 +157,7 @@ async function main(): Promise<void> {
         const profiled = profiler !== undefined && round === rounds - 1 && variant === variants[0];
         Object.assign(window, { batches: 0, publishMs: 0, statements: 0, started: false, profile: profiled });
         const redisBefore = await redisCpuUs(admin);
+        const netBefore = await netBytes(admin);
         const measured = await variant.run({ url: server.url, admin, prefix: `cost-${variant.id}-${round}` });
         if (profiled) writeFileSync(profileFile as string, JSON.stringify((await (profiler as Session).post('Profiler.stop')).profile));
         const events = measured.expected;
@@ -153,7 +165,12 @@ async function main(): Promise<void> {
           rate: measured.metrics.rate,
           'redis us/event': ((await redisCpuUs(admin)) - redisBefore) / events,
           'node us/event': (nodeCpuUs() - window.node) / events,
+          'node system us/event': (nodeSystemUs() - window.system) / events,
           'postgres us/event': (postgresCpuUs() - window.pg) / events,
+          ...(await netBytes(admin).then((net) => ({
+            'redis bytes in/event': (net.input - netBefore.input) / events,
+            'redis bytes out/event': (net.output - netBefore.output) / events,
+          }))),
           'append ms/call': window.publishMs / Math.max(window.batches, 1),
           ...(variant.id === 'relay' ? { 'statements/batch': window.statements / Math.max(window.batches, 1) } : {}),
           ...(await commandStats(admin, events)),
