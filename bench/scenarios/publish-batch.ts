@@ -37,7 +37,7 @@ export function publishBatch(size: Size): Scenario {
         events,
         run: (ctx) => rawMulti(ctx, events),
       },
-      { id: 'lua-whole', label: `raw Lua multi-XADD, the batch in one call`, events, run: (ctx) => rawLua(ctx, events, BATCH) },
+      { id: 'lua-whole', label: 'raw Lua multi-XADD, the batch in one call', events, run: (ctx) => rawLua(ctx, events, BATCH) },
       { id: 'ceiling', label: '`redis-benchmark` XADD, 50 clients, `-P 100`', events, run: (ctx) => ceiling(ctx, events) },
       { id: 'bullmq', label: 'BullMQ `addBulk`', events, run: (ctx) => bullmq(ctx, events) },
     ],

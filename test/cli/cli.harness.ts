@@ -45,8 +45,10 @@ export class CliProcess {
   readonly exited: Promise<CliResult>;
   private readonly child: ChildProcess;
 
-  /** `command` is the bin by default; `runPrinted` runs a shell instead. */
-  /** With `stderrClosed`, the read end of its stderr pipe is closed at once (a reader that went away): writes there fail with EPIPE. */
+  /**
+   * `command` is the bin by default; `runPrinted` runs a shell instead. With `stderrClosed`, the read end of its
+   * stderr pipe is closed at once (a reader that went away): its writes there fail with EPIPE.
+   */
   constructor(
     args: readonly string[],
     env: NodeJS.ProcessEnv,

@@ -48,8 +48,8 @@ describe('eventrail CLI: dead letters', () => {
   });
   afterEach(() => failing.clear());
 
-  // A closed stderr made the first notice throw (an unhandled EPIPE 'error' event): the command died with exit 1 after its
-  // work, or in the middle of it, where only its notices were lost.
+  // With its stderr's reader gone, the first write there threw (an unhandled EPIPE 'error' event): the command died with
+  // exit 1, a --verbose replay at its first log line, before it had replayed anything.
   it('goes on when the reader of its stderr is gone: notices are dropped, the result and the exit code stay', async () => {
     const env = cliEnv(suite.prefix);
     const letters = await admin.deadLetters('billing');
